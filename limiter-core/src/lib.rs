@@ -1,0 +1,37 @@
+//! Adaptive concurrency control, free of any kernel or async runtime dependency.
+//!
+//! A [`Controller`] owns one destination: it is fed the latency samples and outcomes the
+//! kernel reports and answers with the concurrency limit to enforce. Time is passed in
+//! explicitly (nanoseconds on a monotonic clock), so every controller is deterministic.
+
+/// What happened to a request, besides a latency sample.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The upstream failed the request (reset while awaiting a response, connect refused).
+    Error,
+    /// The request timed out (connect timeout, or the client gave up while awaiting a response).
+    Timeout,
+    /// The limiter itself refused the request: contributes nothing to the estimate.
+    Shed,
+}
+
+/// The per-destination control loop: samples and outcomes in, a limit out.
+pub trait Controller {
+    /// A request/response exchange took `latency_ns` to its first response byte;
+    /// `inflight` is the destination's in-flight count when the request started.
+    fn on_sample(&mut self, now_ns: u64, latency_ns: u64, inflight: u32);
+    /// A request ended without a usable latency sample.
+    fn on_outcome(&mut self, now_ns: u64, outcome: Outcome);
+    /// Called on the update timer (every 100 ms); returns the limit to enforce from now on.
+    fn update(&mut self, now_ns: u64) -> u32;
+    /// The limit last returned by [`Controller::update`] (the initial limit before that).
+    fn limit(&self) -> u32;
+    /// The no-load latency the controller currently believes in, if it has one.
+    fn baseline_ns(&self) -> Option<u64> {
+        None
+    }
+    /// The smoothed p90 latency of recent windows, if any window has closed.
+    fn p90_ns(&self) -> Option<u64> {
+        None
+    }
+}
