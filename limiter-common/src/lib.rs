@@ -1,1 +1,208 @@
+//! Rust mirror of `limiter-ebpf/include/limiter_abi.h`, the map ABI shared with the
+//! kernel programs. Field names match the C names; `tests/abi.rs` compiles the header
+//! and checks every size and offset below against it.
+#![no_std]
 
+use core::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+pub const ABI_VERSION: u32 = 1;
+
+pub const MODE_DEFAULT: u32 = 0;
+pub const MODE_OFF: u32 = 1;
+pub const MODE_SHADOW: u32 = 2;
+pub const MODE_PROD: u32 = 3;
+
+pub const EVENT_SHED: u32 = 1;
+pub const EVENT_WOULD_SHED: u32 = 2;
+
+/// Map names, as pinned under the agent's per-cgroup directory.
+pub mod maps {
+    pub const DESTS: &str = "dests";
+    pub const POLICIES: &str = "policies";
+    pub const CONFIG: &str = "config";
+    pub const STATS: &str = "stats";
+    pub const SOCKETS: &str = "sockets";
+    pub const EVENTS: &str = "events";
+    pub const ALL: [&str; 6] = [DESTS, POLICIES, CONFIG, STATS, SOCKETS, EVENTS];
+}
+
+/// A destination: IPv6 address in network byte order, IPv4 stored as `::ffff:a.b.c.d`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DestKey {
+    pub addr: [u32; 4],
+    pub port: u16,
+    pub _pad: u16,
+}
+
+impl DestKey {
+    pub fn new(addr: SocketAddr) -> Self {
+        let v6 = match addr.ip() {
+            IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+            IpAddr::V6(v6) => v6,
+        };
+        let o = v6.octets();
+        let word = |i: usize| u32::from_ne_bytes([o[i], o[i + 1], o[i + 2], o[i + 3]]);
+        DestKey {
+            addr: [word(0), word(4), word(8), word(12)],
+            port: addr.port(),
+            _pad: 0,
+        }
+    }
+
+    /// The socket address, IPv4 for v4-mapped keys.
+    pub fn socket_addr(&self) -> SocketAddr {
+        let mut o = [0u8; 16];
+        for (chunk, word) in o.chunks_exact_mut(4).zip(self.addr) {
+            chunk.copy_from_slice(&word.to_ne_bytes());
+        }
+        let v6 = Ipv6Addr::from(o);
+        let ip = match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(v6),
+        };
+        SocketAddr::new(ip, self.port)
+    }
+}
+
+impl From<SocketAddr> for DestKey {
+    fn from(addr: SocketAddr) -> Self {
+        DestKey::new(addr)
+    }
+}
+
+impl From<Ipv4Addr> for DestKey {
+    fn from(ip: Ipv4Addr) -> Self {
+        DestKey::new(SocketAddr::new(IpAddr::V4(ip), 0))
+    }
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DestPolicy {
+    pub limit: u32,
+    pub mode: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DestState {
+    pub created_ns: u64,
+    pub inflight: i64,
+    pub admitted: u64,
+    pub shed: u64,
+    pub would_shed: u64,
+    pub redirected: u64,
+    pub connect_failed: u64,
+    pub closed: u64,
+    pub samples: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LimiterConfig {
+    pub abi_version: u32,
+    pub default_mode: u32,
+    pub initial_limit: u32,
+    pub wakeup_bytes: u32,
+    pub heartbeat_ns: u64,
+    pub heartbeat_timeout_ns: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GlobalStats {
+    pub ringbuf_drops: u64,
+    pub dests_created: u64,
+    pub fail_open: u64,
+    pub storage_errors: u64,
+}
+
+impl core::ops::AddAssign for GlobalStats {
+    fn add_assign(&mut self, o: Self) {
+        self.ringbuf_drops += o.ringbuf_drops;
+        self.dests_created += o.dests_created;
+        self.fail_open += o.fail_open;
+        self.storage_errors += o.storage_errors;
+    }
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SockState {
+    pub dest: DestKey,
+    pub holds_slot: u32,
+    pub dest_created_ns: u64,
+    pub established: u32,
+    pub _pad: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LimiterEvent {
+    pub ts_ns: u64,
+    pub dest: DestKey,
+    pub kind: u32,
+    pub pid: u32,
+    pub limit: u32,
+    pub inflight: u32,
+    pub comm: [u8; 16],
+    pub _pad: u32,
+}
+
+impl LimiterEvent {
+    /// The process name, up to its NUL terminator.
+    pub fn comm(&self) -> &str {
+        let end = self.comm.iter().position(|&b| b == 0).unwrap_or(self.comm.len());
+        core::str::from_utf8(&self.comm[..end]).unwrap_or("?")
+    }
+}
+
+const _: () = {
+    assert!(core::mem::size_of::<DestKey>() == 20);
+    assert!(core::mem::size_of::<DestPolicy>() == 8);
+    assert!(core::mem::size_of::<DestState>() == 72);
+    assert!(core::mem::size_of::<LimiterConfig>() == 32);
+    assert!(core::mem::size_of::<GlobalStats>() == 32);
+    assert!(core::mem::size_of::<SockState>() == 40);
+    assert!(core::mem::size_of::<LimiterEvent>() == 64);
+};
+
+#[cfg(feature = "aya")]
+mod pod {
+    use super::*;
+    // SAFETY: plain-old-data: repr(C), fixed-width integers, every byte a named field.
+    unsafe impl aya::Pod for DestKey {}
+    unsafe impl aya::Pod for DestPolicy {}
+    unsafe impl aya::Pod for DestState {}
+    unsafe impl aya::Pod for LimiterConfig {}
+    unsafe impl aya::Pod for GlobalStats {}
+    unsafe impl aya::Pod for SockState {}
+    unsafe impl aya::Pod for LimiterEvent {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ipv4_and_v4_mapped_ipv6_are_one_key() {
+        let v4: SocketAddr = "10.1.2.3:443".parse().unwrap();
+        let mapped: SocketAddr = "[::ffff:10.1.2.3]:443".parse().unwrap();
+        assert_eq!(DestKey::new(v4), DestKey::new(mapped));
+        assert_eq!(DestKey::new(mapped).socket_addr(), v4);
+    }
+
+    #[test]
+    fn ipv6_round_trips() {
+        let v6: SocketAddr = "[2001:db8::7]:8080".parse().unwrap();
+        assert_eq!(DestKey::new(v6).socket_addr(), v6);
+    }
+
+    #[test]
+    fn address_words_are_in_network_byte_order() {
+        let key = DestKey::new("127.0.0.1:80".parse().unwrap());
+        assert_eq!(key.addr[2].to_ne_bytes(), [0, 0, 0xff, 0xff]);
+        assert_eq!(key.addr[3].to_ne_bytes(), [127, 0, 0, 1]);
+    }
+}

@@ -1,0 +1,128 @@
+//! Proves the Rust mirror matches the C header: compiles a program against
+//! `limiter_abi.h` with the host C compiler and compares every size and offset.
+
+use std::{fmt::Write as _, mem::offset_of, path::Path, process::Command};
+
+use limiter_common::*;
+
+struct Layout {
+    c_name: &'static str,
+    size: usize,
+    fields: Vec<(&'static str, usize)>,
+}
+
+macro_rules! layout {
+    ($rust:ty, $c:literal, [$($field:ident),* $(,)?]) => {
+        Layout {
+            c_name: $c,
+            size: std::mem::size_of::<$rust>(),
+            fields: vec![$((stringify!($field), offset_of!($rust, $field))),*],
+        }
+    };
+}
+
+fn layouts() -> Vec<Layout> {
+    vec![
+        layout!(DestKey, "dest_key", [addr, port, _pad]),
+        layout!(DestPolicy, "dest_policy", [limit, mode]),
+        layout!(
+            DestState,
+            "dest_state",
+            [
+                created_ns,
+                inflight,
+                admitted,
+                shed,
+                would_shed,
+                redirected,
+                connect_failed,
+                closed,
+                samples
+            ]
+        ),
+        layout!(
+            LimiterConfig,
+            "limiter_config",
+            [
+                abi_version,
+                default_mode,
+                initial_limit,
+                wakeup_bytes,
+                heartbeat_ns,
+                heartbeat_timeout_ns
+            ]
+        ),
+        layout!(
+            GlobalStats,
+            "global_stats",
+            [ringbuf_drops, dests_created, fail_open, storage_errors]
+        ),
+        layout!(
+            SockState,
+            "sock_state",
+            [dest, holds_slot, dest_created_ns, established, _pad]
+        ),
+        layout!(
+            LimiterEvent,
+            "limiter_event",
+            [ts_ns, dest, kind, pid, limit, inflight, comm, _pad]
+        ),
+    ]
+}
+
+const CONSTANTS: [(&str, u32); 7] = [
+    ("LIMITER_ABI_VERSION", ABI_VERSION),
+    ("LIMITER_MODE_DEFAULT", MODE_DEFAULT),
+    ("LIMITER_MODE_OFF", MODE_OFF),
+    ("LIMITER_MODE_SHADOW", MODE_SHADOW),
+    ("LIMITER_MODE_PROD", MODE_PROD),
+    ("LIMITER_EVENT_SHED", EVENT_SHED),
+    ("LIMITER_EVENT_WOULD_SHED", EVENT_WOULD_SHED),
+];
+
+/// The C program prints one `name value` line per fact; the expectation lists the same lines.
+fn program_and_expectation() -> (String, String) {
+    let mut c = String::from(
+        "#include <stdio.h>\n#include <stddef.h>\n#include \"limiter_abi.h\"\nint main(void) {\n",
+    );
+    let mut expected = String::new();
+    for l in layouts() {
+        let s = l.c_name;
+        writeln!(c, "printf(\"{s} %zu\\n\", sizeof(struct {s}));").unwrap();
+        writeln!(expected, "{s} {}", l.size).unwrap();
+        for (f, off) in l.fields {
+            writeln!(c, "printf(\"{s}.{f} %zu\\n\", offsetof(struct {s}, {f}));").unwrap();
+            writeln!(expected, "{s}.{f} {off}").unwrap();
+        }
+    }
+    for (name, value) in CONSTANTS {
+        writeln!(c, "printf(\"{name} %u\\n\", (unsigned){name});").unwrap();
+        writeln!(expected, "{name} {value}").unwrap();
+    }
+    c.push_str("return 0;\n}\n");
+    (c, expected)
+}
+
+#[test]
+fn rust_mirror_matches_the_c_header() {
+    let header_dir = Path::new(limiter_ebpf::ABI_HEADER).parent().unwrap();
+    let dir = std::env::temp_dir().join(format!("limiter-abi-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (program, expected) = program_and_expectation();
+    let source = dir.join("layout.c");
+    let binary = dir.join("layout");
+    std::fs::write(&source, program).unwrap();
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let status = Command::new(&cc)
+        .arg("-I")
+        .arg(header_dir)
+        .arg(&source)
+        .arg("-o")
+        .arg(&binary)
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run the C compiler `{cc}`: {e}"));
+    assert!(status.success(), "the ABI header or a Rust field name does not compile in C");
+    let output = Command::new(&binary).output().unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(String::from_utf8(output.stdout).unwrap(), expected);
+}

@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: (GPL-2.0 OR MIT) */
+/* Slots: reserving one on connect, returning it exactly once when the socket ends. */
+#ifndef LIMITER_ACCOUNTING_H
+#define LIMITER_ACCOUNTING_H
+
+#include "maps.h"
+
+/* The destination's entry, created on first sight so the very first connect is governed. */
+static __always_inline struct dest_state *dest_get_or_create(const struct dest_key *key)
+{
+	struct dest_state *st = bpf_map_lookup_elem(&dests, key);
+	struct dest_state fresh = {};
+	struct global_stats *gs;
+
+	if (st)
+		return st;
+	fresh.created_ns = bpf_ktime_get_ns();
+	/* NOEXIST: when two CPUs race to create it, the loser just looks the winner's up. */
+	if (bpf_map_update_elem(&dests, key, &fresh, BPF_NOEXIST) == 0) {
+		gs = global_stats();
+		if (gs)
+			gs->dests_created++;
+	}
+	return bpf_map_lookup_elem(&dests, key);
+}
+
+/* Returns the slot a socket holds, if it still holds one; safe to call from every path. */
+static __always_inline void slot_release(struct sock_state *ss)
+{
+	struct dest_state *st;
+
+	/* Atomic exchange: whichever of sock_ops or sock_release gets here first wins. */
+	if (!__sync_lock_test_and_set(&ss->holds_slot, 0))
+		return;
+	st = bpf_map_lookup_elem(&dests, &ss->dest);
+	if (!st || st->created_ns != ss->dest_created_ns)
+		return; /* evicted since: its slot went with it */
+	__sync_fetch_and_add(&st->inflight, -1);
+	if (ss->established)
+		__sync_fetch_and_add(&st->closed, 1);
+	else
+		__sync_fetch_and_add(&st->connect_failed, 1);
+}
+
+/* Takes a slot for the socket; the count may pass the limit only transiently (see caller). */
+static __always_inline __s64 slot_take(struct sock_state *ss, struct dest_state *st,
+				       const struct dest_key *key)
+{
+	ss->dest = *key;
+	ss->dest_created_ns = st->created_ns;
+	ss->established = 0;
+	ss->holds_slot = 1;
+	return __sync_fetch_and_add(&st->inflight, 1);
+}
+
+/* Undoes slot_take for a connect that is refused after all. */
+static __always_inline void slot_untake(struct sock_state *ss, struct dest_state *st)
+{
+	ss->holds_slot = 0;
+	__sync_fetch_and_add(&st->inflight, -1);
+}
+
+#endif /* LIMITER_ACCOUNTING_H */

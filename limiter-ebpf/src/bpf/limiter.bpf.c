@@ -1,0 +1,186 @@
+/* SPDX-License-Identifier: (GPL-2.0 OR MIT) */
+/*
+ * limiter: per-destination admission of outbound TCP connects from one cgroup.
+ *
+ *   cgroup/connect4,6     admit, or refuse when the destination is at its limit
+ *   sockops               marks our sockets for state callbacks; TCP_CLOSE returns the slot
+ *   cgroup/sock_release   backstop: returns the slot when the socket is released first
+ *
+ * Every path fails open: a missing map entry or allocation failure admits the connect.
+ */
+#include <linux/bpf.h>
+#include <linux/in.h>
+#include <linux/errno.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "limiter_abi.h"
+#include "maps.h"
+#include "accounting.h"
+#include "events.h"
+
+#define SOCK_STREAM 1
+#define CONNECT_ALLOW 1
+#define CONNECT_REFUSE 0
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";
+
+/* Set by the loader: 0 on kernels before 5.18, where bpf_set_retval does not exist. The
+ * verifier never walks the dead branch of a constant, so the call does not fail the load. */
+const volatile __u8 have_set_retval = 1;
+
+static __always_inline int refuse(void)
+{
+	if (have_set_retval)
+		bpf_set_retval(-ECONNREFUSED);
+	return CONNECT_REFUSE;
+}
+
+static __always_inline void count_storage_error(void)
+{
+	struct global_stats *gs = global_stats();
+
+	if (gs)
+		gs->storage_errors++;
+}
+
+static __always_inline int admit(struct bpf_sock_addr *ctx, const struct dest_key *key)
+{
+	__u32 zero = 0, mode, limit;
+	struct limiter_config *cfg;
+	struct dest_policy *policy;
+	struct dest_state *st;
+	struct sock_state *ss;
+	struct global_stats *gs;
+	__s64 before;
+
+	cfg = bpf_map_lookup_elem(&config, &zero);
+	if (!cfg)
+		return CONNECT_ALLOW;
+	policy = bpf_map_lookup_elem(&policies, key);
+	mode = policy && policy->mode != LIMITER_MODE_DEFAULT ? policy->mode : cfg->default_mode;
+	if (mode != LIMITER_MODE_SHADOW && mode != LIMITER_MODE_PROD)
+		return CONNECT_ALLOW;
+	limit = policy ? policy->limit : cfg->initial_limit;
+
+	ss = bpf_sk_storage_get(&sockets, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!ss) {
+		count_storage_error();
+		return CONNECT_ALLOW;
+	}
+	/* A socket may connect again after a failed attempt: give that attempt's slot back. */
+	slot_release(ss);
+	st = dest_get_or_create(key);
+	if (!st) {
+		count_storage_error();
+		return CONNECT_ALLOW;
+	}
+
+	/* Reserve first, then check: the fetch-and-add orders racing connects, so two of them
+	 * can never both see the last free slot. */
+	before = slot_take(ss, st, key);
+	if (before < limit) {
+		__sync_fetch_and_add(&st->admitted, 1);
+		return CONNECT_ALLOW;
+	}
+	if (bpf_ktime_get_ns() - cfg->heartbeat_ns > cfg->heartbeat_timeout_ns) {
+		/* The agent is gone or stuck: never leave the application clamped. */
+		gs = global_stats();
+		if (gs)
+			gs->fail_open++;
+		__sync_fetch_and_add(&st->admitted, 1);
+		return CONNECT_ALLOW;
+	}
+	if (mode == LIMITER_MODE_SHADOW) {
+		__sync_fetch_and_add(&st->would_shed, 1);
+		__sync_fetch_and_add(&st->admitted, 1);
+		emit_decision(cfg, LIMITER_EVENT_WOULD_SHED, key, limit, before);
+		return CONNECT_ALLOW;
+	}
+	slot_untake(ss, st);
+	__sync_fetch_and_add(&st->shed, 1);
+	emit_decision(cfg, LIMITER_EVENT_SHED, key, limit, before);
+	return refuse();
+}
+
+SEC("cgroup/connect4")
+int limiter_connect4(struct bpf_sock_addr *ctx)
+{
+	struct dest_key key = {};
+
+	if (ctx->type != SOCK_STREAM || ctx->protocol != IPPROTO_TCP)
+		return CONNECT_ALLOW;
+	/* IPv4 is stored v4-mapped, so an IPv6 socket reaching it via ::ffff:a.b.c.d shares the key. */
+	key.addr[2] = bpf_htonl(0xffff);
+	key.addr[3] = ctx->user_ip4;
+	key.port = bpf_ntohs(ctx->user_port);
+	return admit(ctx, &key);
+}
+
+SEC("cgroup/connect6")
+int limiter_connect6(struct bpf_sock_addr *ctx)
+{
+	struct dest_key key = {};
+
+	if (ctx->type != SOCK_STREAM || ctx->protocol != IPPROTO_TCP)
+		return CONNECT_ALLOW;
+	/* user_ip6 allows only 4-byte loads: one per word. */
+	key.addr[0] = ctx->user_ip6[0];
+	key.addr[1] = ctx->user_ip6[1];
+	key.addr[2] = ctx->user_ip6[2];
+	key.addr[3] = ctx->user_ip6[3];
+	key.port = bpf_ntohs(ctx->user_port);
+	return admit(ctx, &key);
+}
+
+SEC("sockops")
+int limiter_sockops(struct bpf_sock_ops *skops)
+{
+	struct bpf_sock *sk = skops->sk;
+	struct sock_state *ss;
+
+	if (!sk)
+		return 1;
+	switch (skops->op) {
+	case BPF_SOCK_OPS_TCP_CONNECT_CB:
+	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
+	case BPF_SOCK_OPS_STATE_CB:
+		break;
+	default:
+		return 1;
+	}
+	/* Only sockets admitted by the connect hook have state; everything else is not ours. */
+	ss = bpf_sk_storage_get(&sockets, sk, 0, 0);
+	if (!ss)
+		return 1;
+
+	switch (skops->op) {
+	case BPF_SOCK_OPS_TCP_CONNECT_CB:
+		/* Callback flags can only be set from inside a callback: this is the first one. */
+		bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags |
+							 BPF_SOCK_OPS_STATE_CB_FLAG);
+		break;
+	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
+		ss->established = 1;
+		break;
+	case BPF_SOCK_OPS_STATE_CB:
+		/* args[1] is the new state: closed by either side, RST, refused or timed-out SYN. */
+		if (skops->args[1] == BPF_TCP_CLOSE)
+			slot_release(ss);
+		break;
+	}
+	/* sock_ops programs must return 1. */
+	return 1;
+}
+
+SEC("cgroup/sock_release")
+int limiter_sock_release(struct bpf_sock *sk)
+{
+	struct sock_state *ss = bpf_sk_storage_get(&sockets, sk, 0, 0);
+
+	/* close() before any TCP_CLOSE: an abandoned connect, a killed process, or the normal
+	 * close of an established socket (its FIN handshake no longer holds the upstream). */
+	if (ss)
+		slot_release(ss);
+	return 1;
+}

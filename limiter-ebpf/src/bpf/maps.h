@@ -1,0 +1,66 @@
+/* SPDX-License-Identifier: (GPL-2.0 OR MIT) */
+/* Maps, pinned by name under the agent's per-cgroup directory. */
+#ifndef LIMITER_MAPS_H
+#define LIMITER_MAPS_H
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include "limiter_abi.h"
+
+/* Default table size; the agent overrides it at load time (--max-destinations). */
+#define DEFAULT_MAX_DESTINATIONS 65536
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, DEFAULT_MAX_DESTINATIONS);
+	__type(key, struct dest_key);
+	__type(value, struct dest_state);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dests SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, DEFAULT_MAX_DESTINATIONS);
+	__type(key, struct dest_key);
+	__type(value, struct dest_policy);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} policies SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct limiter_config);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} config SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct global_stats);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC); /* required for SK_STORAGE */
+	__type(key, int);
+	__type(value, struct sock_state);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sockets SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} events SEC(".maps");
+
+static __always_inline struct global_stats *global_stats(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&stats, &zero);
+}
+
+#endif /* LIMITER_MAPS_H */
