@@ -82,6 +82,8 @@ impl From<Ipv4Addr> for DestKey {
 pub struct DestPolicy {
     pub limit: u32,
     pub mode: u32,
+    pub baseline_ns: u64,
+    pub p90_ns: u64,
 }
 
 #[repr(C)]
@@ -160,7 +162,7 @@ impl LimiterEvent {
 
 const _: () = {
     assert!(core::mem::size_of::<DestKey>() == 20);
-    assert!(core::mem::size_of::<DestPolicy>() == 8);
+    assert!(core::mem::size_of::<DestPolicy>() == 24);
     assert!(core::mem::size_of::<DestState>() == 72);
     assert!(core::mem::size_of::<LimiterConfig>() == 32);
     assert!(core::mem::size_of::<GlobalStats>() == 32);

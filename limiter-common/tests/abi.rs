@@ -24,7 +24,7 @@ macro_rules! layout {
 fn layouts() -> Vec<Layout> {
     vec![
         layout!(DestKey, "dest_key", [addr, port, _pad]),
-        layout!(DestPolicy, "dest_policy", [limit, mode]),
+        layout!(DestPolicy, "dest_policy", [limit, mode, baseline_ns, p90_ns]),
         layout!(
             DestState,
             "dest_state",

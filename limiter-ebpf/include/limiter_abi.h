@@ -32,10 +32,13 @@ struct dest_key {
 	__u16 _pad;
 };
 
-/* Written by the agent; absent means initial limit and global mode. */
+/* Written by the agent; absent means initial limit and global mode. The latencies are the
+ * controller's view, published so that `status` can show them without the agent. */
 struct dest_policy {
 	__u32 limit;
 	__u32 mode; /* LIMITER_MODE_* */
+	__u64 baseline_ns; /* 0: not known yet */
+	__u64 p90_ns;      /* 0: not known yet */
 };
 
 /* Owned by the kernel, created on a destination's first connect (LRU map). */
