@@ -1,0 +1,377 @@
+//! The discrete-event loop: clients, the kernel's admission rule, the upstream and the
+//! controller, advanced in virtual time.
+//!
+//! The controller is fed exactly what the kernel produces: time to first byte with the
+//! in-flight count taken when the request was admitted, and outcomes (error, shed).
+//! It is updated on the same 100 ms timer the agent uses.
+
+mod queue;
+
+use limiter_core::{Controller, Outcome};
+use rand::{Rng, SeedableRng};
+use rand_pcg::Pcg64Mcg;
+
+use crate::admission::Admission;
+use crate::clients::{poisson_gap, Load, RequestClass};
+use crate::clock::{secs, Nanos};
+use crate::trace::{Recorder, Trace};
+use crate::upstream::{Upstream, UpstreamSpec};
+use queue::EventQueue;
+
+/// The controller update interval of the agent.
+pub const UPDATE_INTERVAL: Nanos = 100_000_000;
+
+/// A complete description of one run, apart from the seed and the controller.
+#[derive(Clone, Debug)]
+pub struct Setup {
+    pub duration_s: f64,
+    pub upstream: UpstreamSpec,
+    pub classes: Vec<RequestClass>,
+}
+
+type RequestId = usize;
+
+#[derive(Clone, Copy)]
+enum Event {
+    /// A client sends a request of `class`; `worker` is set for closed-loop clients.
+    Send { class: usize, worker: Option<u32> },
+    /// The upstream is done working on a request: first byte, or failure.
+    Served(RequestId),
+    /// A streamed response's connection closes.
+    Close(RequestId),
+    /// The upstream's capacity changes: queued requests may start.
+    Capacity,
+}
+
+struct Request {
+    class: usize,
+    worker: Option<u32>,
+    sent: Nanos,
+    inflight_at_start: u32,
+    fails: bool,
+}
+
+/// Runs `setup` to its end with `controller` setting the limit, and returns what happened.
+pub fn simulate(setup: &Setup, seed: u64, controller: &mut dyn Controller) -> Trace {
+    let mut sim = Sim::new(setup, seed, controller);
+    sim.run();
+    sim.recorder.finish()
+}
+
+struct Sim<'a> {
+    setup: &'a Setup,
+    now: Nanos,
+    end: Nanos,
+    next_update: Nanos,
+    events: EventQueue<Event>,
+    rng: Pcg64Mcg,
+    admission: Admission,
+    upstream: Upstream<'a, RequestId>,
+    controller: &'a mut dyn Controller,
+    requests: Vec<Option<Request>>,
+    free_ids: Vec<RequestId>,
+    recorder: Recorder,
+}
+
+impl<'a> Sim<'a> {
+    fn new(setup: &'a Setup, seed: u64, controller: &'a mut dyn Controller) -> Self {
+        let end = secs(setup.duration_s);
+        let mut sim = Self {
+            setup,
+            now: 0,
+            end,
+            next_update: UPDATE_INTERVAL,
+            events: EventQueue::new(),
+            rng: Pcg64Mcg::seed_from_u64(seed),
+            admission: Admission::new(controller.limit()),
+            upstream: Upstream::new(&setup.upstream),
+            controller,
+            requests: Vec::new(),
+            free_ids: Vec::new(),
+            recorder: Recorder::new(end),
+        };
+        sim.recorder.tick(0, sim.admission.limit(), 0);
+        for at in setup.upstream.capacity.breakpoints() {
+            sim.events.push(at, Event::Capacity);
+        }
+        for (class, spec) in setup.classes.iter().enumerate() {
+            match spec.load {
+                Load::Poisson { per_s } => {
+                    let at = poisson_gap(per_s, &mut sim.rng);
+                    sim.events.push(
+                        at,
+                        Event::Send {
+                            class,
+                            worker: None,
+                        },
+                    );
+                }
+                Load::Closed { workers, .. } => {
+                    // Staggered over the first second so the clients do not start in lockstep.
+                    for worker in 0..workers {
+                        let at = sim.rng.random_range(0..secs(1.0));
+                        let worker = Some(worker);
+                        sim.events.push(at, Event::Send { class, worker });
+                    }
+                }
+            }
+        }
+        sim
+    }
+
+    fn run(&mut self) {
+        loop {
+            let next_event = self.events.next_at().unwrap_or(Nanos::MAX);
+            if self.next_update <= next_event {
+                if self.next_update >= self.end {
+                    return;
+                }
+                self.now = self.next_update;
+                self.update();
+                self.next_update += UPDATE_INTERVAL;
+                continue;
+            }
+            if next_event >= self.end {
+                return;
+            }
+            let (at, event) = self.events.pop().expect("peeked an event");
+            self.now = at;
+            match event {
+                Event::Send { class, worker } => self.send(class, worker),
+                Event::Served(id) => self.served(id),
+                Event::Close(id) => self.end_request(id, false),
+                Event::Capacity => self.start_ready(),
+            }
+        }
+    }
+
+    fn update(&mut self) {
+        let limit = self.controller.update(self.now);
+        self.admission.set_limit(limit);
+        self.recorder
+            .tick(self.now, limit, self.admission.inflight());
+    }
+
+    fn send(&mut self, class: usize, worker: Option<u32>) {
+        let load = &self.setup.classes[class].load;
+        if let Load::Poisson { per_s } = *load {
+            let at = self.now + poisson_gap(per_s, &mut self.rng);
+            self.events.push(at, Event::Send { class, worker });
+        }
+        let Some(inflight) = self.admission.try_admit() else {
+            self.controller.on_outcome(self.now, Outcome::Shed);
+            self.recorder.shed(self.now);
+            if let Load::Closed { retry_after_s, .. } = *load {
+                let at = self.now + secs(retry_after_s);
+                self.events.push(at, Event::Send { class, worker });
+            }
+            return;
+        };
+        self.recorder.admitted(self.now, inflight);
+        let request = Request {
+            class,
+            worker,
+            sent: self.now,
+            inflight_at_start: inflight,
+            fails: false,
+        };
+        let id = match self.free_ids.pop() {
+            Some(id) => {
+                self.requests[id] = Some(request);
+                id
+            }
+            None => {
+                self.requests.push(Some(request));
+                self.requests.len() - 1
+            }
+        };
+        self.upstream.enqueue(id);
+        self.start_ready();
+    }
+
+    fn start_ready(&mut self) {
+        let spec = &self.setup.upstream;
+        while let Some(id) = self.upstream.next_to_start(self.now) {
+            let factor = spec.latency_factor.at(self.now);
+            let fails = self.rng.random::<f64>() < spec.error_rate.at(self.now);
+            let request = self.requests[id].as_mut().expect("a live request");
+            let service = &self.setup.classes[request.class].service;
+            request.fails = fails;
+            let at = self.now + service.draw(&mut self.rng, factor);
+            self.events.push(at, Event::Served(id));
+        }
+    }
+
+    fn served(&mut self, id: RequestId) {
+        let request = self.requests[id].as_ref().expect("a live request");
+        if request.fails {
+            self.controller.on_outcome(self.now, Outcome::Error);
+            self.end_request(id, true);
+            return;
+        }
+        let latency = self.now - request.sent;
+        let hold_s = self.setup.classes[request.class].service.hold_s;
+        self.controller
+            .on_sample(self.now, latency, request.inflight_at_start);
+        self.recorder.sample(self.now, latency);
+        if hold_s > 0.0 {
+            self.events.push(self.now + secs(hold_s), Event::Close(id));
+        } else {
+            self.end_request(id, false);
+        }
+    }
+
+    fn end_request(&mut self, id: RequestId, failed: bool) {
+        let request = self.requests[id].take().expect("a live request");
+        self.free_ids.push(id);
+        self.upstream.release();
+        self.admission.release();
+        self.recorder
+            .ended(self.now, self.now - request.sent, failed);
+        if request.worker.is_some() {
+            let send = Event::Send {
+                class: request.class,
+                worker: request.worker,
+            };
+            self.events.push(self.now, send);
+        }
+        self.start_ready();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clients::Service;
+    use crate::clock::as_secs;
+
+    /// Records what the engine feeds a controller, and holds a fixed limit.
+    #[derive(Default)]
+    struct Probe {
+        limit: u32,
+        samples: Vec<(Nanos, Nanos, u32)>,
+        outcomes: Vec<Outcome>,
+        updates: u32,
+    }
+
+    impl Controller for Probe {
+        fn on_sample(&mut self, now_ns: u64, latency_ns: u64, inflight: u32) {
+            self.samples.push((now_ns, latency_ns, inflight));
+        }
+        fn on_outcome(&mut self, _now_ns: u64, outcome: Outcome) {
+            self.outcomes.push(outcome);
+        }
+        fn update(&mut self, _now_ns: u64) -> u32 {
+            self.updates += 1;
+            self.limit
+        }
+        fn limit(&self) -> u32 {
+            self.limit
+        }
+    }
+
+    fn closed_loop(capacity: u32, workers: u32, duration_s: f64) -> Setup {
+        Setup {
+            duration_s,
+            upstream: UpstreamSpec::steady(capacity),
+            classes: vec![RequestClass {
+                service: Service::lognormal(0.1, 0.3),
+                load: Load::Closed {
+                    workers,
+                    retry_after_s: 0.5,
+                },
+            }],
+        }
+    }
+
+    #[test]
+    fn the_limit_bounds_inflight_and_the_excess_is_shed() {
+        let setup = closed_loop(40, 30, 60.0);
+        let mut probe = Probe {
+            limit: 10,
+            ..Probe::default()
+        };
+        let trace = simulate(&setup, 7, &mut probe);
+        assert_eq!(trace.peak_inflight(0, secs(60.0)), 10);
+        assert!(trace.shed(0, secs(60.0)) > 0);
+        assert!(probe.outcomes.iter().all(|o| *o == Outcome::Shed));
+        assert!(probe.samples.iter().all(|&(_, _, inflight)| inflight <= 10));
+        assert_eq!(probe.updates, 599, "one update every 100 ms");
+        // Ten slots on an idle upstream, 0.1 s median: about 95 requests a second.
+        let goodput = trace.goodput(secs(10.0), secs(60.0));
+        assert!((85.0..100.0).contains(&goodput), "goodput {goodput}");
+    }
+
+    #[test]
+    fn latency_grows_with_queueing_beyond_capacity() {
+        let setup = closed_loop(10, 40, 30.0);
+        let mut probe = Probe {
+            limit: 1000,
+            ..Probe::default()
+        };
+        let trace = simulate(&setup, 1, &mut probe);
+        let p50 = trace.seconds[20].p50_s.expect("samples in second 20");
+        // 40 requests share 10 workers: each waits about three services before its own.
+        assert!((0.3..0.5).contains(&p50), "p50 {p50}");
+        assert_eq!(trace.peak_inflight(0, secs(30.0)), 40);
+    }
+
+    #[test]
+    fn same_seed_same_run_other_seed_other_run() {
+        let setup = closed_loop(20, 30, 20.0);
+        let run = |seed| {
+            let mut probe = Probe {
+                limit: 25,
+                ..Probe::default()
+            };
+            simulate(&setup, seed, &mut probe);
+            probe.samples
+        };
+        assert_eq!(run(3), run(3));
+        assert_ne!(run(3), run(4));
+    }
+
+    #[test]
+    fn a_stream_is_sampled_at_its_first_byte_and_holds_its_slot() {
+        let setup = Setup {
+            duration_s: 300.0,
+            upstream: UpstreamSpec::steady(500),
+            classes: vec![RequestClass {
+                service: Service::lognormal(0.28, 0.2).streamed(45.0),
+                load: Load::Poisson { per_s: 1.0 },
+            }],
+        };
+        let mut probe = Probe {
+            limit: 200,
+            ..Probe::default()
+        };
+        let trace = simulate(&setup, 5, &mut probe);
+        let longest = probe
+            .samples
+            .iter()
+            .map(|s| as_secs(s.1))
+            .fold(0.0, f64::max);
+        assert!(
+            longest < 1.0,
+            "samples are first-byte times, got {longest} s"
+        );
+        // Little's law: one stream a second held 45 s keeps about 45 connections open.
+        let inflight = trace.ticks.last().expect("ticks").inflight;
+        assert!((30..60).contains(&inflight), "in-flight {inflight}");
+    }
+
+    #[test]
+    fn failures_are_reported_as_errors_without_a_sample() {
+        let mut setup = closed_loop(10, 5, 20.0);
+        setup.upstream.error_rate = crate::schedule::Schedule::constant(1.0);
+        let mut probe = Probe {
+            limit: 10,
+            ..Probe::default()
+        };
+        let trace = simulate(&setup, 2, &mut probe);
+        assert!(probe.samples.is_empty());
+        assert!(probe.outcomes.len() > 100);
+        assert!(probe.outcomes.iter().all(|o| *o == Outcome::Error));
+        assert_eq!(trace.goodput(0, secs(20.0)), 0.0);
+    }
+}
