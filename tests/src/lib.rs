@@ -1,1 +1,431 @@
+//! The kit for tests against the real kernel: a cgroup of their own, loopback upstreams,
+//! the agent and client processes, and cleanup that runs even when a test fails.
 
+use std::{
+    ffi::CString,
+    io::{BufRead, BufReader, Write},
+    net::{SocketAddr, TcpListener, TcpStream},
+    os::unix::process::CommandExt,
+    path::{Path, PathBuf},
+    process::{Child, ChildStdin, ChildStdout, Command, Output, Stdio},
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        mpsc, Arc, Mutex,
+    },
+    time::{Duration, Instant},
+};
+
+pub const AGENT: &str = env!("CARGO_BIN_EXE_limiter-agent-under-test");
+pub const PROBE: &str = env!("CARGO_BIN_EXE_limiter-probe");
+
+/// Name of the variable that lets a runner without root skip the kernel tests explicitly.
+pub const SKIP_VAR: &str = "LIMITER_SKIP_KERNEL_TESTS";
+
+/// Bound on waiting for something that must happen; it guards against hangs only.
+const HANG_GUARD: Duration = Duration::from_secs(60);
+
+/// True when kernel tests should run; panics with the fix when they cannot.
+pub fn kernel_tests_enabled() -> bool {
+    if std::env::var_os(SKIP_VAR).is_some_and(|v| v == "1") {
+        eprintln!("kernel test skipped: {SKIP_VAR}=1");
+        return false;
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        panic!("kernel tests need root: run them with sudo, or set {SKIP_VAR}=1 to skip them");
+    }
+    true
+}
+
+#[macro_export]
+macro_rules! require_kernel {
+    () => {
+        if !$crate::kernel_tests_enabled() {
+            return;
+        }
+    };
+}
+
+/// Polls `done` until it holds; panics naming `what` if it never does.
+pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < HANG_GUARD, "gave up waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+pub fn cgroup2_mount() -> PathBuf {
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+    mounts
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.get(2) == Some(&"cgroup2")).then(|| PathBuf::from(f[1]))
+        })
+        .expect("no cgroup v2 mount in /proc/mounts")
+}
+
+/// A cgroup made for one test; on drop its processes are killed and it is removed.
+pub struct TestCgroup {
+    path: PathBuf,
+}
+
+impl TestCgroup {
+    pub fn new(tag: &str) -> Self {
+        static SEQ: AtomicUsize = AtomicUsize::new(0);
+        let name = format!(
+            "limiter-test-{tag}-{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        );
+        let path = cgroup2_mount().join(name);
+        std::fs::create_dir(&path).unwrap_or_else(|e| panic!("cannot create {}: {e}", path.display()));
+        TestCgroup { path }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The agent's default pin directory for this cgroup.
+    pub fn pin_dir(&self) -> PathBuf {
+        let rel = self.path.strip_prefix(cgroup2_mount()).unwrap();
+        Path::new("/sys/fs/bpf/limiter").join(rel.to_string_lossy().replace('-', "\\x2d"))
+    }
+
+    /// A command whose process joins this cgroup before it execs.
+    pub fn command(&self, program: &str) -> Command {
+        let procs = CString::new(self.path.join("cgroup.procs").to_string_lossy().as_bytes()).unwrap();
+        let mut cmd = Command::new(program);
+        // SAFETY: only async-signal-safe calls (open, write, close) between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                let fd = libc::open(procs.as_ptr(), libc::O_WRONLY);
+                if fd < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let written = libc::write(fd, b"0".as_ptr().cast(), 1);
+                libc::close(fd);
+                if written != 1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        cmd
+    }
+}
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.path.join("cgroup.kill"), "1");
+        let populated = || {
+            std::fs::read_to_string(self.path.join("cgroup.events"))
+                .map(|e| e.contains("populated 1"))
+                .unwrap_or(false)
+        };
+        let start = Instant::now();
+        while populated() && start.elapsed() < HANG_GUARD {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = std::fs::remove_dir(&self.path);
+    }
+}
+
+/// How a loopback upstream treats the connections it accepts.
+#[derive(Clone, Copy)]
+pub enum Behaviour {
+    /// Keep them open until the client closes.
+    Hold,
+    /// Echo what arrives until the client closes.
+    Echo,
+    /// Close at once, alternately with FIN and with RST.
+    Close,
+}
+
+/// A loopback server in the test process (outside the limited cgroup).
+pub struct Upstream {
+    pub addr: SocketAddr,
+    accepted: Arc<AtomicUsize>,
+}
+
+impl Upstream {
+    pub fn start(bind: &str, behaviour: Behaviour) -> Self {
+        let listener = TcpListener::bind(bind).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counter = accepted.clone();
+        let held = Arc::new(Mutex::new(Vec::new()));
+        std::thread::spawn(move || {
+            for (n, stream) in listener.incoming().enumerate() {
+                let Ok(mut stream) = stream else { continue };
+                counter.fetch_add(1, Ordering::SeqCst);
+                match behaviour {
+                    Behaviour::Hold => held.lock().unwrap().push(stream),
+                    Behaviour::Echo => {
+                        std::thread::spawn(move || {
+                            let mut reader = stream.try_clone().unwrap();
+                            let _ = std::io::copy(&mut reader, &mut stream);
+                        });
+                    }
+                    Behaviour::Close => {
+                        if n % 2 == 1 {
+                            let _ = stream.set_linger(Some(Duration::ZERO));
+                        }
+                        drop(stream);
+                    }
+                }
+            }
+        });
+        Upstream { addr, accepted }
+    }
+
+    pub fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+}
+
+/// A listener whose accept queue is full: SYNs to it are dropped, so connects time out.
+pub struct Blackhole {
+    pub addr: SocketAddr,
+    _listener: std::os::fd::OwnedFd,
+    _filler: TcpStream,
+}
+
+impl Blackhole {
+    pub fn new() -> Self {
+        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        // SAFETY: listen() on a descriptor we own; backlog 0 admits one queued connection.
+        unsafe { libc::listen(listener.as_raw_fd(), 0) };
+        let addr = listener.local_addr().unwrap();
+        let filler = TcpStream::connect(addr).unwrap();
+        let fd: OwnedFd = listener.into();
+        let fd = unsafe { OwnedFd::from_raw_fd(std::os::fd::IntoRawFd::into_raw_fd(fd)) };
+        Blackhole {
+            addr,
+            _listener: fd,
+            _filler: filler,
+        }
+    }
+}
+
+impl Default for Blackhole {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A running agent; SIGTERM on drop.
+pub struct Agent {
+    child: Child,
+    pub log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Agent {
+    /// Starts the agent on `cgroup` and waits until it says it is attached.
+    pub fn start(cgroup: &TestCgroup, args: &[&str]) -> Self {
+        Self::start_command(Command::new(AGENT), cgroup, args)
+    }
+
+    pub fn start_command(mut cmd: Command, cgroup: &TestCgroup, args: &[&str]) -> Self {
+        let mut child = cmd
+            .arg("--cgroup")
+            .arg(cgroup.path())
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("cannot start the agent");
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = mpsc::channel();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                eprintln!("[agent] {line}");
+                if line.contains("limiter attached") {
+                    let _ = tx.send(());
+                }
+                sink.lock().unwrap().push(line);
+            }
+        });
+        if rx.recv_timeout(HANG_GUARD).is_err() {
+            let _ = child.kill();
+            let status = child.wait().unwrap();
+            panic!("the agent did not attach ({status}): {:?}", log.lock().unwrap());
+        }
+        Agent { child, log }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: kill() on our own child's pid.
+        unsafe { libc::kill(self.pid(), sig) };
+    }
+
+    /// SIGTERM, then the exit status.
+    pub fn stop(mut self) -> std::process::ExitStatus {
+        self.signal(libc::SIGTERM);
+        self.child.wait().unwrap()
+    }
+
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            self.signal(libc::SIGCONT);
+            self.signal(libc::SIGTERM);
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Runs the agent binary with `args` (status, detach, a failing run...).
+pub fn agent_command(args: &[&str]) -> Output {
+    Command::new(AGENT).args(args).output().expect("cannot run the agent")
+}
+
+/// `status --json` for the cgroup, as JSON rows.
+pub fn status(cgroup: &TestCgroup) -> Vec<serde_json::Value> {
+    let out = agent_command(&["status", "--cgroup", &cgroup.path().to_string_lossy(), "--json"]);
+    assert!(out.status.success(), "status failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("status --json is not JSON")
+}
+
+/// The status row of one destination.
+pub fn row(cgroup: &TestCgroup, dest: SocketAddr) -> Option<serde_json::Value> {
+    status(cgroup).into_iter().find(|r| {
+        r["address"] == dest.ip().to_string() && r["port"] == dest.port()
+    })
+}
+
+pub fn field(cgroup: &TestCgroup, dest: SocketAddr, name: &str) -> i64 {
+    row(cgroup, dest)
+        .unwrap_or_else(|| panic!("{dest} is not in status"))[name]
+        .as_i64()
+        .unwrap_or_else(|| panic!("{name} is not a number"))
+}
+
+/// A client process inside the cgroup.
+pub struct Probe {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Probe {
+    pub fn spawn(cgroup: &TestCgroup, args: &[&str]) -> Self {
+        let mut child = cgroup
+            .command(PROBE)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("cannot start the probe");
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        Probe {
+            child,
+            stdin,
+            stdout,
+        }
+    }
+
+    /// Opens `count` connections to `to` and returns the outcome of each ("ok", "err N").
+    pub fn hold(cgroup: &TestCgroup, to: SocketAddr, count: usize) -> (Self, Vec<String>) {
+        Self::hold_with(cgroup, "hold", to, count)
+    }
+
+    pub fn hold_with(cgroup: &TestCgroup, how: &str, to: SocketAddr, count: usize) -> (Self, Vec<String>) {
+        let mut probe = Self::spawn(cgroup, &[how, "--to", &to.to_string(), "--count", &count.to_string()]);
+        let lines = probe.lines_until("ready");
+        (probe, lines)
+    }
+
+    /// Output lines up to (not including) `end`.
+    pub fn lines_until(&mut self, end: &str) -> Vec<String> {
+        let mut lines = Vec::new();
+        loop {
+            let mut line = String::new();
+            let n = self.stdout.read_line(&mut line).unwrap();
+            assert!(n > 0, "the probe exited before `{end}`: {lines:?}");
+            let line = line.trim_end().to_string();
+            if line == end {
+                return lines;
+            }
+            lines.push(line);
+        }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Closes the held connections by letting the probe exit; returns once it has.
+    pub fn release(mut self) {
+        drop(self.stdin.take());
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "the probe failed: {status}");
+    }
+
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn wait_success(mut self) {
+        drop(self.stdin.take());
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "the probe failed: {status}");
+    }
+}
+
+impl Drop for Probe {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Counts outcomes: (successes, ECONNREFUSED, anything else).
+pub fn tally(lines: &[String]) -> (usize, usize, usize) {
+    let ok = lines.iter().filter(|l| *l == "ok").count();
+    let refused = lines
+        .iter()
+        .filter(|l| **l == format!("err {}", libc::ECONNREFUSED))
+        .count();
+    (ok, refused, lines.len() - ok - refused)
+}
+
+/// Writes `text` to a fresh file and returns its path (removed with the returned guard).
+pub struct TempFile(pub PathBuf);
+
+impl TempFile {
+    pub fn new(name: &str, text: &str) -> Self {
+        let path = std::env::temp_dir().join(format!("limiter-{}-{name}", std::process::id()));
+        std::fs::File::create(&path)
+            .and_then(|mut f| f.write_all(text.as_bytes()))
+            .unwrap();
+        TempFile(path)
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}

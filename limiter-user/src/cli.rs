@@ -1,0 +1,92 @@
+//! The command line. `run` is the default subcommand.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use limiter_core::config::Algorithm;
+
+use crate::config::Mode;
+
+#[derive(Debug, Parser)]
+#[command(name = "limiter-user", version, about = "Adaptive outbound concurrency limits for a cgroup, enforced with eBPF")]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Attach to a cgroup and enforce limits until SIGTERM/SIGINT (the default).
+    Run(RunArgs),
+    /// Show every destination's limit, in-flight count and counters from the pinned maps.
+    Status(StatusArgs),
+    /// Remove a left-over attachment and its pins.
+    Detach(DetachArgs),
+}
+
+#[derive(Debug, Args, Default)]
+pub struct RunArgs {
+    /// The cgroup v2 directory whose processes are protected.
+    #[arg(long, value_name = "PATH")]
+    pub cgroup: Option<PathBuf>,
+    /// TOML configuration file; flags override it.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    #[arg(long, value_enum)]
+    pub mode: Option<Mode>,
+    #[arg(long, value_parser = parse_algorithm)]
+    pub algorithm: Option<Algorithm>,
+    /// The limit of the `fixed` algorithm.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub limit: Option<u32>,
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub initial_limit: Option<u32>,
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub min_limit: Option<u32>,
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_limit: Option<u32>,
+    /// Seconds without a heartbeat from this agent after which the kernel admits everything.
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub heartbeat_timeout: Option<u64>,
+    /// Size of the kernel's destination table (least recently used entries are evicted).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_destinations: Option<u32>,
+    /// Pin directory (default: /sys/fs/bpf/limiter/<escaped cgroup path>).
+    #[arg(long, value_name = "DIR")]
+    pub pin_dir: Option<PathBuf>,
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    #[arg(long, value_name = "PATH", conflicts_with = "pin_dir")]
+    pub cgroup: Option<PathBuf>,
+    #[arg(long, value_name = "DIR")]
+    pub pin_dir: Option<PathBuf>,
+    /// A JSON array of objects, one per destination.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DetachArgs {
+    #[arg(long, value_name = "PATH", required_unless_present = "pin_dir")]
+    pub cgroup: Option<PathBuf>,
+    #[arg(long, value_name = "DIR")]
+    pub pin_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, Default, ValueEnum)]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+fn parse_algorithm(s: &str) -> Result<Algorithm, String> {
+    s.parse::<Algorithm>().map_err(|e| e.to_string())
+}

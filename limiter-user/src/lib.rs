@@ -1,0 +1,156 @@
+//! limiter-user: the agent that protects the processes of one cgroup.
+//!
+//! The binary is `src/main.rs`; the library lets the integration tests build the very same
+//! agent into their own binary.
+
+mod agent;
+mod cgroup;
+mod cli;
+mod clock;
+mod config;
+mod enforcement;
+mod events;
+mod lock;
+mod logging;
+mod pins;
+mod preflight;
+mod seed;
+mod status;
+mod tables;
+
+use std::{path::PathBuf, process::ExitCode, time::Duration};
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+
+use crate::{
+    cgroup::Cgroup,
+    cli::{Cli, Command, DetachArgs, RunArgs, StatusArgs},
+    config::Config,
+    enforcement::Settings,
+    lock::AgentLock,
+    pins::PinDir,
+    tables::Tables,
+};
+
+/// The whole command line program: parse, run, one line on error.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        None => run(cli.run),
+        Some(Command::Run(args)) => run(args),
+        Some(Command::Status(args)) => status(args),
+        Some(Command::Detach(args)) => detach(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("limiter-user: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: RunArgs) -> Result<()> {
+    logging::init(args.log_format);
+    let Some(path) = &args.cgroup else {
+        bail!("--cgroup PATH is required: the cgroup v2 directory of the processes to protect");
+    };
+    let cgroup = Cgroup::new(path)?;
+    let config = merged_config(&args)?;
+    let settings = Settings {
+        default_mode: config.mode,
+        initial_limit: config.initial_limit(),
+        heartbeat_timeout: Duration::from_secs(config.heartbeat_timeout_secs),
+        max_destinations: config.max_destinations,
+        policies: config::static_policies(&config)?,
+    };
+    if config.algorithm != limiter_core::config::Algorithm::Fixed {
+        tracing::warn!(
+            algorithm = %config.algorithm,
+            "adaptive control is not wired into the agent yet: every destination keeps its initial limit"
+        );
+    }
+    agent::run(cgroup, args.pin_dir.map(PinDir::at), settings)
+}
+
+/// The file (or the embedded defaults), then the flags on top.
+fn merged_config(args: &RunArgs) -> Result<Config> {
+    let mut config = match &args.config {
+        Some(path) => Config::load(path)?,
+        None => Config::defaults(),
+    };
+    if let Some(mode) = args.mode {
+        config.mode = mode;
+    }
+    if let Some(algorithm) = args.algorithm {
+        config.algorithm = algorithm;
+    }
+    if args.limit.is_some() {
+        config.limit = args.limit;
+    }
+    let limits = &mut config.limits;
+    limits.initial = args.initial_limit.unwrap_or(limits.initial);
+    limits.min = args.min_limit.unwrap_or(limits.min);
+    limits.max = args.max_limit.unwrap_or(limits.max);
+    config.heartbeat_timeout_secs = args.heartbeat_timeout.unwrap_or(config.heartbeat_timeout_secs);
+    config.max_destinations = args.max_destinations.unwrap_or(config.max_destinations);
+    if args.limit.is_some() && config.algorithm != limiter_core::config::Algorithm::Fixed {
+        bail!("--limit sets the limit of the fixed algorithm: add --algorithm fixed");
+    }
+    config.validate().context("invalid flags")?;
+    Ok(config)
+}
+
+/// The pin directory named by --pin-dir or --cgroup, or the only one there is.
+fn pin_dir_of(cgroup: Option<&PathBuf>, pin_dir: Option<&PathBuf>) -> Result<PinDir> {
+    if let Some(dir) = pin_dir {
+        return Ok(PinDir::at(dir.clone()));
+    }
+    if let Some(path) = cgroup {
+        return Ok(PinDir::for_cgroup(&Cgroup::new(path)?));
+    }
+    let all = PinDir::all();
+    match all.as_slice() {
+        [only] => Ok(only.clone()),
+        [] => bail!("no limiter is attached anywhere (nothing under {})", pins::ROOT),
+        many => bail!(
+            "several cgroups are limited, pick one with --pin-dir: {}",
+            many.iter().map(|d| d.path().display().to_string()).collect::<Vec<_>>().join(", ")
+        ),
+    }
+}
+
+fn status(args: StatusArgs) -> Result<()> {
+    let dir = pin_dir_of(args.cgroup.as_ref(), args.pin_dir.as_ref())?;
+    if !dir.exists() {
+        bail!("no limiter is attached here: {} does not exist", dir.path().display());
+    }
+    let tables = Tables::from_pins(&dir)?;
+    let rows = status::rows(&tables)?;
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        status::print_json(&mut out, &rows)
+    } else {
+        status::print_table(&mut out, &rows, &tables.globals()?)
+    }
+}
+
+fn detach(args: DetachArgs) -> Result<()> {
+    preflight::check_privileges()?;
+    let dir = pin_dir_of(args.cgroup.as_ref(), args.pin_dir.as_ref())?;
+    let name = dir
+        .path()
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if let Some(pid) = AgentLock::holder(&name) {
+        bail!("an agent (pid {pid}) is running for this cgroup: stop it with SIGTERM, it detaches itself");
+    }
+    if !dir.exists() {
+        bail!("nothing to detach: {} does not exist", dir.path().display());
+    }
+    dir.remove()?;
+    println!("removed {}", dir.path().display());
+    Ok(())
+}

@@ -1,0 +1,45 @@
+//! Checks that turn kernel errors deep in loading into one clear line up front.
+
+use anyhow::{bail, Result};
+use aya::util::KernelVersion;
+
+/// Oldest kernel with everything we need: bpf_link for cgroups (5.7), ring buffers (5.8),
+/// socket storage in sock_addr programs and cgroup/sock_release (5.9), pidfd_getfd (5.6).
+const MIN_KERNEL: (u8, u8) = (5, 10);
+
+const CAP_NET_ADMIN: u32 = 12;
+const CAP_SYS_ADMIN: u32 = 21;
+const CAP_SYS_PTRACE: u32 = 19;
+const CAP_BPF: u32 = 39;
+
+pub struct Kernel {
+    /// `bpf_set_retval` (5.18+) lets a refused connect fail with ECONNREFUSED, not EPERM.
+    pub has_set_retval: bool,
+}
+
+pub fn check_kernel() -> Result<Kernel> {
+    let version = KernelVersion::current()
+        .map_err(|e| anyhow::anyhow!("cannot read the kernel version: {e}"))?;
+    let (major, minor) = MIN_KERNEL;
+    if version < KernelVersion::new(major, minor, 0) {
+        bail!("kernel {version:?} is too old: limiter needs Linux {major}.{minor} or newer");
+    }
+    Ok(Kernel {
+        has_set_retval: version >= KernelVersion::new(5, 18, 0),
+    })
+}
+
+/// Root, or the capabilities the systemd unit grants.
+pub fn check_privileges() -> Result<()> {
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    let caps = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .unwrap_or(0);
+    let has = |cap: u32| caps & (1u64 << cap) != 0;
+    if (has(CAP_BPF) || has(CAP_SYS_ADMIN)) && has(CAP_NET_ADMIN) && has(CAP_SYS_PTRACE) {
+        return Ok(());
+    }
+    bail!("not enough privileges: run as root (sudo), or grant CAP_BPF, CAP_NET_ADMIN, CAP_SYS_ADMIN and CAP_SYS_PTRACE")
+}

@@ -1,0 +1,105 @@
+//! Typed access to the maps, either from a freshly loaded object or from the pins.
+
+use anyhow::{bail, Context, Result};
+use aya::maps::{Array, HashMap, Map, MapData, PerCpuArray};
+use limiter_common::{
+    maps, DestKey, DestPolicy, DestState, GlobalStats, LimiterConfig, ABI_VERSION,
+};
+
+use crate::pins::PinDir;
+
+pub struct Tables {
+    pub dests: HashMap<MapData, DestKey, DestState>,
+    pub policies: HashMap<MapData, DestKey, DestPolicy>,
+    pub config: Array<MapData, LimiterConfig>,
+    pub stats: PerCpuArray<MapData, GlobalStats>,
+}
+
+/// Kernel-wide totals. Evictions are derived: every entry the kernel created that is
+/// neither live nor removed by us was pushed out by the LRU.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Globals {
+    pub ringbuf_drops: u64,
+    pub evictions: u64,
+    pub fail_open: u64,
+    pub storage_errors: u64,
+    pub destinations: u64,
+}
+
+impl Tables {
+    pub fn from_pins(dir: &PinDir) -> Result<Self> {
+        let open = |name: &str| -> Result<Map> {
+            let path = dir.map(name);
+            let data = MapData::from_pin(&path).with_context(|| {
+                format!("cannot open pinned map {}: is an agent attached to this cgroup?", path.display())
+            })?;
+            Ok(Map::from_map_data(data)?)
+        };
+        let tables = Tables {
+            dests: HashMap::try_from(open(maps::DESTS)?)?,
+            policies: HashMap::try_from(open(maps::POLICIES)?)?,
+            config: Array::try_from(open(maps::CONFIG)?)?,
+            stats: PerCpuArray::try_from(open(maps::STATS)?)?,
+        };
+        let version = tables.config()?.abi_version;
+        if version != ABI_VERSION {
+            bail!(
+                "the pins at {} are from another limiter version (map ABI {version}, this one reads {ABI_VERSION}): run `limiter-user detach`",
+                dir.path().display()
+            );
+        }
+        Ok(tables)
+    }
+
+    pub fn from_ebpf(ebpf: &mut aya::Ebpf) -> Result<Self> {
+        let mut take = |name: &str| {
+            ebpf.take_map(name)
+                .with_context(|| format!("the eBPF object has no map `{name}`"))
+        };
+        Ok(Tables {
+            dests: HashMap::try_from(take(maps::DESTS)?)?,
+            policies: HashMap::try_from(take(maps::POLICIES)?)?,
+            config: Array::try_from(take(maps::CONFIG)?)?,
+            stats: PerCpuArray::try_from(take(maps::STATS)?)?,
+        })
+    }
+
+    pub fn config(&self) -> Result<LimiterConfig> {
+        Ok(self.config.get(&0, 0)?)
+    }
+
+    pub fn set_config(&mut self, config: &LimiterConfig) -> Result<()> {
+        Ok(self.config.set(0, config, 0)?)
+    }
+
+    /// Every destination the kernel knows, with the agent's policy for it, sorted by address.
+    pub fn destinations(&self) -> Result<Vec<(DestKey, DestState, Option<DestPolicy>)>> {
+        let mut rows = Vec::new();
+        for entry in self.dests.iter() {
+            let (key, state) = match entry {
+                Ok(kv) => kv,
+                // An entry evicted while we walk the table: it is simply gone.
+                Err(aya::maps::MapError::KeyNotFound) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            rows.push((key, state, self.policies.get(&key, 0).ok()));
+        }
+        rows.sort_by_key(|(k, _, _)| k.socket_addr());
+        Ok(rows)
+    }
+
+    pub fn globals(&self) -> Result<Globals> {
+        let mut sum = GlobalStats::default();
+        for cpu in self.stats.get(&0, 0)?.iter() {
+            sum += *cpu;
+        }
+        let live = self.dests.keys().filter(|k| k.is_ok()).count() as u64;
+        Ok(Globals {
+            ringbuf_drops: sum.ringbuf_drops,
+            evictions: sum.dests_created.saturating_sub(live),
+            fail_open: sum.fail_open,
+            storage_errors: sum.storage_errors,
+            destinations: live,
+        })
+    }
+}
