@@ -4,6 +4,9 @@
 //! kernel reports and answers with the concurrency limit to enforce. Time is passed in
 //! explicitly (nanoseconds on a monotonic clock), so every controller is deterministic.
 
+pub mod config;
+pub mod quantile;
+
 /// What happened to a request, besides a latency sample.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
