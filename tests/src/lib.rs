@@ -15,8 +15,19 @@ use std::{
     time::{Duration, Instant},
 };
 
-pub const AGENT: &str = env!("CARGO_BIN_EXE_limiter-agent-under-test");
-pub const PROBE: &str = env!("CARGO_BIN_EXE_limiter-probe");
+/// A binary of this package: cargo puts them one level above the test executables.
+fn bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().and_then(Path::parent).unwrap().join(name)
+}
+
+pub fn agent_bin() -> PathBuf {
+    bin("limiter-agent-under-test")
+}
+
+pub fn probe_bin() -> PathBuf {
+    bin("limiter-probe")
+}
 
 /// Name of the variable that lets a runner without root skip the kernel tests explicitly.
 pub const SKIP_VAR: &str = "LIMITER_SKIP_KERNEL_TESTS";
@@ -95,7 +106,7 @@ impl TestCgroup {
     }
 
     /// A command whose process joins this cgroup before it execs.
-    pub fn command(&self, program: &str) -> Command {
+    pub fn command(&self, program: &Path) -> Command {
         let procs = CString::new(self.path.join("cgroup.procs").to_string_lossy().as_bytes()).unwrap();
         let mut cmd = Command::new(program);
         // SAFETY: only async-signal-safe calls (open, write, close) between fork and exec.
@@ -171,7 +182,7 @@ impl Upstream {
                     }
                     Behaviour::Close => {
                         if n % 2 == 1 {
-                            let _ = stream.set_linger(Some(Duration::ZERO));
+                            let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
                         }
                         drop(stream);
                     }
@@ -189,23 +200,22 @@ impl Upstream {
 /// A listener whose accept queue is full: SYNs to it are dropped, so connects time out.
 pub struct Blackhole {
     pub addr: SocketAddr,
-    _listener: std::os::fd::OwnedFd,
+    _listener: TcpListener,
     _filler: TcpStream,
 }
 
 impl Blackhole {
     pub fn new() -> Self {
-        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+        use std::os::fd::AsRawFd;
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        // SAFETY: listen() on a descriptor we own; backlog 0 admits one queued connection.
+        // SAFETY: listen() again on our own socket only shrinks its backlog: with 0, one
+        // queued connection fills the accept queue.
         unsafe { libc::listen(listener.as_raw_fd(), 0) };
         let addr = listener.local_addr().unwrap();
         let filler = TcpStream::connect(addr).unwrap();
-        let fd: OwnedFd = listener.into();
-        let fd = unsafe { OwnedFd::from_raw_fd(std::os::fd::IntoRawFd::into_raw_fd(fd)) };
         Blackhole {
             addr,
-            _listener: fd,
+            _listener: listener,
             _filler: filler,
         }
     }
@@ -226,7 +236,7 @@ pub struct Agent {
 impl Agent {
     /// Starts the agent on `cgroup` and waits until it says it is attached.
     pub fn start(cgroup: &TestCgroup, args: &[&str]) -> Self {
-        Self::start_command(Command::new(AGENT), cgroup, args)
+        Self::start_command(Command::new(agent_bin()), cgroup, args)
     }
 
     pub fn start_command(mut cmd: Command, cgroup: &TestCgroup, args: &[&str]) -> Self {
@@ -294,7 +304,7 @@ impl Drop for Agent {
 
 /// Runs the agent binary with `args` (status, detach, a failing run...).
 pub fn agent_command(args: &[&str]) -> Output {
-    Command::new(AGENT).args(args).output().expect("cannot run the agent")
+    Command::new(agent_bin()).args(args).output().expect("cannot run the agent")
 }
 
 /// `status --json` for the cgroup, as JSON rows.
@@ -328,7 +338,7 @@ pub struct Probe {
 impl Probe {
     pub fn spawn(cgroup: &TestCgroup, args: &[&str]) -> Self {
         let mut child = cgroup
-            .command(PROBE)
+            .command(&probe_bin())
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -369,6 +379,15 @@ impl Probe {
         }
     }
 
+    /// Every output line, once the probe has exited successfully.
+    pub fn lines_until_exit(&mut self) -> Vec<String> {
+        drop(self.stdin.take());
+        let lines: Vec<String> = (&mut self.stdout).lines().map_while(Result::ok).collect();
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "the probe failed: {status}");
+        lines
+    }
+
     pub fn pid(&self) -> i32 {
         self.child.id() as i32
     }
@@ -385,11 +404,6 @@ impl Probe {
         let _ = self.child.wait();
     }
 
-    pub fn wait_success(mut self) {
-        drop(self.stdin.take());
-        let status = self.child.wait().unwrap();
-        assert!(status.success(), "the probe failed: {status}");
-    }
 }
 
 impl Drop for Probe {

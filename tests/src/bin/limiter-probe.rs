@@ -4,11 +4,12 @@
 use std::{
     io::{Read, Write},
     net::{SocketAddr, TcpStream, UdpSocket},
-    os::fd::{AsRawFd, FromRawFd, OwnedFd},
+    os::fd::{AsRawFd, OwnedFd},
     time::Duration,
 };
 
 use clap::{Parser, Subcommand};
+use socket2::{Domain, Protocol, SockRef, Socket, Type};
 
 #[derive(Parser)]
 struct Cli {
@@ -20,6 +21,17 @@ struct Cli {
 enum Cmd {
     /// Open COUNT connections to TO and hold them until stdin closes.
     Hold {
+        #[arg(long)]
+        to: SocketAddr,
+        #[arg(long)]
+        count: usize,
+        /// Run in a network namespace of its own with the upstream inside, and report the
+        /// SYNs sent ("syns N"): nothing else in that namespace sends any.
+        #[arg(long)]
+        own_netns: bool,
+    },
+    /// COUNT threads connect to TO at the same instant and hold until stdin closes.
+    Race {
         #[arg(long)]
         to: SocketAddr,
         #[arg(long)]
@@ -63,13 +75,45 @@ fn main() {
     let cli = Cli::parse();
     let mut out = std::io::stdout().lock();
     match cli.command {
-        Cmd::Hold { to, count } => {
+        Cmd::Hold {
+            to,
+            count,
+            own_netns,
+        } => {
+            let upstream = own_netns.then(|| netns::enter_with_upstream(to));
+            let syns_before = netns::active_opens();
             let held = hold(&mut out, count, || TcpStream::connect(to).map(|s| s.into()));
+            if upstream.is_some() {
+                writeln!(out, "syns {}", netns::active_opens() - syns_before).unwrap();
+            }
+            writeln!(out, "ready").unwrap();
+            out.flush().unwrap();
             wait_for_stdin_close();
             drop(held);
         }
+        Cmd::Race { to, count } => {
+            let start = std::sync::Arc::new(std::sync::Barrier::new(count));
+            let threads: Vec<_> = (0..count)
+                .map(|_| {
+                    let start = start.clone();
+                    std::thread::spawn(move || {
+                        start.wait();
+                        TcpStream::connect(to)
+                    })
+                })
+                .collect();
+            let results: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+            for r in &results {
+                report(&mut out, r.as_ref().map(|_| ()).map_err(|e| std::io::Error::from_raw_os_error(e.raw_os_error().unwrap_or(0))));
+            }
+            writeln!(out, "ready").unwrap();
+            out.flush().unwrap();
+            wait_for_stdin_close();
+        }
         Cmd::HoldMapped { to, count } => {
             let held = hold(&mut out, count, || connect_v6_socket(to));
+            writeln!(out, "ready").unwrap();
+            out.flush().unwrap();
             wait_for_stdin_close();
             drop(held);
         }
@@ -115,8 +159,6 @@ fn hold(
             Err(e) => writeln!(out, "err {}", e.raw_os_error().unwrap_or(0)).unwrap(),
         }
     }
-    writeln!(out, "ready").unwrap();
-    out.flush().unwrap();
     held
 }
 
@@ -146,7 +188,7 @@ fn churn_round(echo: SocketAddr, closer: SocketAddr, refused: SocketAddr, blackh
     }
     // Client aborts with a RST (SO_LINGER 0).
     if let Ok(s) = TcpStream::connect(echo) {
-        let _ = s.set_linger(Some(Duration::ZERO));
+        let _ = SockRef::from(&s).set_linger(Some(Duration::ZERO));
     }
     // Closed before the handshake completes: a non-blocking connect abandoned at once.
     if let Ok(fd) = nonblocking_connect(blackhole) {
@@ -158,9 +200,19 @@ fn churn_round(echo: SocketAddr, closer: SocketAddr, refused: SocketAddr, blackh
 
 /// A SYN that is never answered: one retry (TCP_SYNCNT 1) keeps the timeout short.
 fn syn_timeout(blackhole: SocketAddr) -> std::io::Result<()> {
-    let fd = socket(blackhole)?;
-    set_int(&fd, libc::IPPROTO_TCP, libc::TCP_SYNCNT, 1);
-    connect(&fd, blackhole)
+    let sock = socket(blackhole)?;
+    let one: libc::c_int = 1;
+    // SAFETY: setsockopt reads one int from a live local.
+    unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_SYNCNT,
+            (&one as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    sock.connect(&blackhole.into())
 }
 
 fn connect_v6_socket(to: SocketAddr) -> std::io::Result<OwnedFd> {
@@ -168,73 +220,64 @@ fn connect_v6_socket(to: SocketAddr) -> std::io::Result<OwnedFd> {
         SocketAddr::V4(v4) => SocketAddr::new(v4.ip().to_ipv6_mapped().into(), v4.port()),
         v6 => v6,
     };
-    let fd = socket(v6)?;
-    connect(&fd, v6)?;
-    Ok(fd)
+    let sock = socket(v6)?;
+    sock.connect(&v6.into())?;
+    Ok(sock.into())
 }
 
 fn nonblocking_connect(to: SocketAddr) -> std::io::Result<OwnedFd> {
-    let fd = socket(to)?;
-    // SAFETY: fcntl on a descriptor we own.
-    unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
-    match connect(&fd, to) {
-        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => Ok(fd),
-        Err(e) => Err(e),
-        Ok(()) => Ok(fd),
+    let sock = socket(to)?;
+    sock.set_nonblocking(true)?;
+    match sock.connect(&to.into()) {
+        Err(e) if e.raw_os_error() != Some(libc::EINPROGRESS) => Err(e),
+        _ => Ok(sock.into()),
     }
 }
 
-fn socket(to: SocketAddr) -> std::io::Result<OwnedFd> {
-    let family = if to.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 };
-    // SAFETY: plain syscall; a non-negative result is a descriptor we own.
-    let fd = unsafe { libc::socket(family, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+fn socket(to: SocketAddr) -> std::io::Result<Socket> {
+    Socket::new(Domain::for_address(to), Type::STREAM, Some(Protocol::TCP))
 }
 
-fn set_int(fd: &OwnedFd, level: i32, name: i32, value: i32) {
-    // SAFETY: setsockopt with a pointer to a live int of the right size.
-    unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            level,
-            name,
-            (&value as *const i32).cast(),
-            std::mem::size_of::<i32>() as libc::socklen_t,
-        )
+/// A private network namespace: SYNs counted there are this process's alone.
+mod netns {
+    use std::{
+        net::{SocketAddr, TcpListener},
+        os::fd::AsRawFd,
     };
-}
 
-fn connect(fd: &OwnedFd, to: SocketAddr) -> std::io::Result<()> {
-    let (storage, len) = sockaddr(to);
-    // SAFETY: storage holds a valid sockaddr of `len` bytes.
-    let rc = unsafe { libc::connect(fd.as_raw_fd(), (&storage as *const libc::sockaddr_storage).cast(), len) };
-    if rc < 0 {
-        return Err(std::io::Error::last_os_error());
+    /// Enters a new network namespace, brings its loopback up and listens on `addr`,
+    /// holding whatever is accepted for the life of the process.
+    pub fn enter_with_upstream(addr: SocketAddr) -> std::thread::JoinHandle<()> {
+        // SAFETY: unshare affects only this (still single-threaded) process.
+        assert_eq!(unsafe { libc::unshare(libc::CLONE_NEWNET) }, 0, "unshare(CLONE_NEWNET) failed");
+        loopback_up();
+        let listener = TcpListener::bind(addr).unwrap();
+        std::thread::spawn(move || {
+            let held: Vec<_> = listener.incoming().map_while(Result::ok).collect();
+            drop(held);
+        })
     }
-    Ok(())
-}
 
-fn sockaddr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
-    // SAFETY: all-zero is a valid sockaddr_storage; we fill the family-specific view.
-    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    match addr {
-        SocketAddr::V4(a) => {
-            let sin = unsafe { &mut *(&mut storage as *mut _ as *mut libc::sockaddr_in) };
-            sin.sin_family = libc::AF_INET as libc::sa_family_t;
-            sin.sin_port = a.port().to_be();
-            sin.sin_addr.s_addr = u32::from_ne_bytes(a.ip().octets());
-            (storage, std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t)
-        }
-        SocketAddr::V6(a) => {
-            let sin6 = unsafe { &mut *(&mut storage as *mut _ as *mut libc::sockaddr_in6) };
-            sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
-            sin6.sin6_port = a.port().to_be();
-            sin6.sin6_addr.s6_addr = a.ip().octets();
-            (storage, std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t)
+    fn loopback_up() {
+        let sock = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+        // SAFETY: ifreq is plain data; the ioctls read and write within it.
+        unsafe {
+            let mut req: libc::ifreq = std::mem::zeroed();
+            for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
+                *dst = *src as libc::c_char;
+            }
+            assert_eq!(libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req), 0);
+            req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+            assert_eq!(libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req), 0);
         }
     }
-}
 
+    /// TCP ActiveOpens of this namespace: one per SYN-sending connect.
+    pub fn active_opens() -> u64 {
+        let snmp = std::fs::read_to_string("/proc/self/net/snmp").unwrap();
+        let mut tcp = snmp.lines().filter(|l| l.starts_with("Tcp:"));
+        let (names, values) = (tcp.next().unwrap(), tcp.next().unwrap());
+        let idx = names.split_whitespace().position(|n| n == "ActiveOpens").unwrap();
+        values.split_whitespace().nth(idx).unwrap().parse().unwrap()
+    }
+}
