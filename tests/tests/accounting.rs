@@ -1,0 +1,118 @@
+//! In-flight accounting: every admitted connection gives its slot back exactly once.
+
+use limiter_integration_tests::*;
+
+/// Every destination row satisfies admitted = closed + connect_failed + inflight, with
+/// nothing left in flight.
+fn assert_nothing_in_flight(cg: &TestCgroup) {
+    for r in status(cg) {
+        assert_eq!(r["inflight"], 0, "leaked or underflowed slot: {r}");
+    }
+}
+
+#[test]
+fn ten_thousand_connections_through_every_ending_leave_nothing_in_flight() {
+    require_kernel!();
+    let cg = TestCgroup::new("churn");
+    let echo = Upstream::start("127.0.0.1:0", Behaviour::Echo);
+    let closer = Upstream::start("127.0.0.1:0", Behaviour::Close);
+    let refused = {
+        // A port nobody listens on: bind, note it, close.
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let blackhole = Blackhole::new();
+    let held = Upstream::start("127.0.0.1:0", Behaviour::Hold);
+    let _agent = Agent::start(&cg, &["--algorithm", "fixed", "--limit", "1000"]);
+
+    // A process killed while holding connections.
+    let (victim, lines) = Probe::hold(&cg, held.addr, 20);
+    assert_eq!(tally(&lines), (20, 0, 0));
+    assert_eq!(field(&cg, held.addr, "inflight"), 20);
+    victim.kill();
+
+    // 2 000 rounds x 5 endings: client close, server FIN/RST, client RST, abandoned
+    // non-blocking connect, SYN refused; plus SYNs that time out.
+    let mut churn = Probe::spawn(
+        &cg,
+        &[
+            "churn",
+            "--echo",
+            &echo.addr.to_string(),
+            "--closer",
+            &closer.addr.to_string(),
+            "--refused",
+            &refused.to_string(),
+            "--blackhole",
+            &blackhole.addr.to_string(),
+            "--rounds",
+            "2000",
+            "--syn-timeouts",
+            "2",
+        ],
+    );
+    assert_eq!(churn.lines_until_exit(), ["done"]);
+
+    wait_until("every slot to come back", || {
+        status(&cg).iter().all(|r| r["inflight"] == 0)
+    });
+    assert_nothing_in_flight(&cg);
+    let rows = status(&cg);
+    let total: i64 = rows.iter().map(|r| r["admitted"].as_i64().unwrap()).sum();
+    assert_eq!(total, 20 + 2000 * 5 + 2);
+    assert_eq!(field(&cg, refused, "connect_failed"), 2000);
+    assert_eq!(field(&cg, blackhole.addr, "connect_failed"), 2000 + 2);
+    assert_eq!(field(&cg, held.addr, "admitted"), 20);
+}
+
+#[test]
+fn a_killed_process_gives_its_slots_back() {
+    require_kernel!();
+    let cg = TestCgroup::new("kill");
+    let up = Upstream::start("127.0.0.1:0", Behaviour::Hold);
+    let _agent = Agent::start(&cg, &["--algorithm", "fixed", "--limit", "3"]);
+    let (victim, lines) = Probe::hold(&cg, up.addr, 3);
+    assert_eq!(tally(&lines), (3, 0, 0));
+    victim.kill();
+    wait_until("the killed process's slots", || field(&cg, up.addr, "inflight") == 0);
+    let (probe, lines) = Probe::hold(&cg, up.addr, 3);
+    assert_eq!(tally(&lines), (3, 0, 0), "the freed slots are usable again");
+    probe.release();
+}
+
+#[test]
+fn connections_open_before_attach_are_counted() {
+    require_kernel!();
+    let cg = TestCgroup::new("seed");
+    let up = Upstream::start("127.0.0.1:0", Behaviour::Hold);
+    let (before, lines) = Probe::hold(&cg, up.addr, 3);
+    assert_eq!(tally(&lines), (3, 0, 0));
+
+    let agent = Agent::start(&cg, &["--algorithm", "fixed", "--limit", "5"]);
+    assert_eq!(field(&cg, up.addr, "inflight"), 3);
+    let (after, lines) = Probe::hold(&cg, up.addr, 3);
+    assert_eq!(tally(&lines), (2, 1, 0), "the pre-existing 3 count against the limit of 5");
+
+    before.release();
+    wait_until("the pre-existing slots", || field(&cg, up.addr, "inflight") == 2);
+    after.release();
+    wait_until("all slots", || field(&cg, up.addr, "inflight") == 0);
+    drop(agent);
+}
+
+#[test]
+fn inbound_connections_are_not_counted_as_outbound() {
+    require_kernel!();
+    let cg = TestCgroup::new("inbound");
+    // The probe in the cgroup listens (its own netns upstream) and accepts: the accepted
+    // sockets are inbound and must not be seeded; only its outbound connects count.
+    let mut probe = Probe::spawn(&cg, &["hold", "--to", "127.0.0.1:7001", "--count", "2", "--own-netns"]);
+    let lines = probe.lines_until("ready");
+    assert_eq!(tally(&lines[..2]), (2, 0, 0));
+    let _agent = Agent::start(&cg, &["--algorithm", "fixed", "--limit", "5"]);
+    let dest = "127.0.0.1:7001".parse().unwrap();
+    assert_eq!(field(&cg, dest, "inflight"), 2);
+    assert_eq!(status(&cg).len(), 1, "accepted sockets are not destinations");
+    probe.release();
+    wait_until("all slots", || field(&cg, dest, "inflight") == 0);
+}
