@@ -4,8 +4,19 @@
 //! kernel reports and answers with the concurrency limit to enforce. Time is passed in
 //! explicitly (nanoseconds on a monotonic clock), so every controller is deterministic.
 
+pub mod algorithms;
+mod baseline;
 pub mod config;
+mod controller;
+mod evidence;
+mod filter;
+mod guard;
 pub mod quantile;
+mod window;
+
+pub use algorithms::{AnyAlgorithm, LatencyView, LimitAlgorithm, Verdict};
+pub use config::{Algorithm, ControlConfig, Limits, Pipeline, UnknownAlgorithm};
+pub use controller::DestinationController;
 
 /// What happened to a request, besides a latency sample.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,4 +48,10 @@ pub trait Controller {
     fn p90_ns(&self) -> Option<u64> {
         None
     }
+}
+
+/// Builds the controller `cfg` describes for one destination, its first window opening at
+/// `now_ns`.
+pub fn controller(cfg: &ControlConfig, now_ns: u64) -> Box<dyn Controller + Send> {
+    Box::new(DestinationController::new(cfg, now_ns))
 }

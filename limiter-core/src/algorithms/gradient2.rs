@@ -1,0 +1,81 @@
+//! Gradient2: scale the limit by how much slower than the baseline the upstream is, with
+//! Envoy's sqrt(limit) headroom.
+//!
+//! gradient = clamp(tolerance x baseline / latency, 0.5, 1), target = gradient x limit +
+//! headroom, limit += smoothing x (target - limit). Netflix adds the headroom whatever the
+//! gradient, so under modest overload (gradient just below 1) the headroom outweighs the cut
+//! and the limit creeps up forever; here it is added only when the gradient is 1. Errors,
+//! which Netflix's version never reads, shrink the limit.
+
+use super::{with_errors, LimitAlgorithm, Verdict};
+
+const MIN_GRADIENT: f64 = 0.5;
+
+/// The latency-gradient algorithm.
+#[derive(Clone, Copy, Debug)]
+pub struct Gradient2 {
+    tolerance: f64,
+    smoothing: f64,
+}
+
+impl Gradient2 {
+    /// `tolerance`: how much slower than the baseline is still healthy (1.5);
+    /// `smoothing`: weight of each new target (0.2).
+    pub fn new(tolerance: f64, smoothing: f64) -> Self {
+        Gradient2 {
+            tolerance: tolerance.max(1.0),
+            smoothing: smoothing.clamp(0.0, 1.0),
+        }
+    }
+}
+
+impl LimitAlgorithm for Gradient2 {
+    fn next_limit(&mut self, limit: f64, verdict: &Verdict) -> f64 {
+        let Some(latency) = verdict.latency else {
+            return with_errors(limit, limit, verdict.error_pressure);
+        };
+        let gradient =
+            (self.tolerance * latency.baseline / latency.smoothed.max(1.0)).clamp(MIN_GRADIENT, 1.0);
+        let headroom = if gradient >= 1.0 { limit.sqrt() } else { 0.0 };
+        let target = gradient * limit + headroom;
+        let proposed = limit + self.smoothing * (target - limit);
+        with_errors(limit, proposed, verdict.error_pressure)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithms::LatencyView;
+
+    fn at(smoothed: f64) -> Verdict {
+        Verdict {
+            now_ns: 0,
+            error_pressure: 0.0,
+            latency: Some(LatencyView {
+                smoothed,
+                latest: smoothed,
+                baseline: 10.0,
+            }),
+        }
+    }
+
+    #[test]
+    fn healthy_latency_adds_smoothed_headroom() {
+        let next = Gradient2::new(1.5, 0.2).next_limit(100.0, &at(14.0));
+        assert!((next - 102.0).abs() < 1e-9, "{next}");
+    }
+
+    #[test]
+    fn overload_shrinks_without_headroom() {
+        // gradient = 1.5 x 10 / 16 = 0.9375: Netflix would add 10 and grow.
+        let next = Gradient2::new(1.5, 0.2).next_limit(100.0, &at(16.0));
+        assert!((next - 98.75).abs() < 1e-9, "{next}");
+    }
+
+    #[test]
+    fn the_gradient_is_floored_at_one_half() {
+        let next = Gradient2::new(1.5, 0.2).next_limit(100.0, &at(1_000.0));
+        assert!((next - 90.0).abs() < 1e-9, "{next}");
+    }
+}

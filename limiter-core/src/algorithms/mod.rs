@@ -1,0 +1,117 @@
+//! The algorithms: each turns one window's verdict into the next limit.
+//!
+//! They see the limit as a real number (so small steps accumulate), the error pressure and,
+//! when a latency is known, the smoothed latency, the newest window's p90 and the baseline.
+//! Bounds, the app-limited cap and rounding are the controller's business, not theirs.
+
+mod aimd;
+mod fixed;
+mod gateway;
+mod gradient2;
+mod vegas;
+
+pub use aimd::Aimd;
+pub use fixed::Fixed;
+pub use gateway::Gateway;
+pub use gradient2::Gradient2;
+pub use vegas::Vegas;
+
+use crate::config::{Algorithm, ControlConfig};
+
+/// Latencies as an algorithm sees them, in nanoseconds.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LatencyView {
+    /// Median-filtered, smoothed p90: the latency decisions rest on.
+    pub smoothed: f64,
+    /// The newest window's p90: quick to show a queue, too noisy to act on alone.
+    pub latest: f64,
+    /// The no-load latency.
+    pub baseline: f64,
+}
+
+/// What one closed window tells an algorithm.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Verdict {
+    /// When the window closed.
+    pub now_ns: u64,
+    /// Share of failed requests, timeouts counted double, in 0..=1.
+    pub error_pressure: f64,
+    /// Absent until a latency has been seen.
+    pub latency: Option<LatencyView>,
+}
+
+/// One control algorithm: pure, deterministic, one decision per closed window.
+pub trait LimitAlgorithm {
+    /// The limit to enforce after a window closed with `verdict`, given the current `limit`.
+    fn next_limit(&mut self, limit: f64, verdict: &Verdict) -> f64;
+}
+
+/// Error pressure below this share of a window's requests is background noise: it shrinks
+/// the limit in proportion but does not veto growth.
+const BACKGROUND_ERRORS: f64 = 0.01;
+
+/// Applies the error pressure to a latency-driven proposal: the limit loses half the failed
+/// share (a window of 20 % errors costs 10 %), and errors above the background veto growth.
+fn with_errors(limit: f64, proposed: f64, error_pressure: f64) -> f64 {
+    let proposed = if error_pressure >= BACKGROUND_ERRORS {
+        proposed.min(limit)
+    } else {
+        proposed
+    };
+    proposed * (1.0 - error_pressure / 2.0)
+}
+
+/// Any of the algorithms, chosen at run time without a box.
+#[derive(Clone, Debug)]
+pub enum AnyAlgorithm {
+    /// See [`Vegas`].
+    Vegas(Vegas),
+    /// See [`Gradient2`].
+    Gradient2(Gradient2),
+    /// See [`Aimd`].
+    Aimd(Aimd),
+    /// See [`Gateway`].
+    Gateway(Gateway),
+    /// See [`Fixed`].
+    Fixed(Fixed),
+}
+
+impl AnyAlgorithm {
+    /// The algorithm `cfg` selects, with `cfg`'s parameters.
+    pub fn from_config(cfg: &ControlConfig) -> Self {
+        match cfg.algorithm {
+            Algorithm::Vegas => AnyAlgorithm::Vegas(Vegas),
+            Algorithm::Gradient2 => AnyAlgorithm::Gradient2(Gradient2::new(
+                cfg.tolerance,
+                cfg.limit_smoothing,
+            )),
+            Algorithm::Aimd => AnyAlgorithm::Aimd(Aimd),
+            Algorithm::Gateway => AnyAlgorithm::Gateway(Gateway::new(cfg.limit_smoothing)),
+            Algorithm::Fixed => AnyAlgorithm::Fixed(Fixed),
+        }
+    }
+}
+
+impl LimitAlgorithm for AnyAlgorithm {
+    fn next_limit(&mut self, limit: f64, verdict: &Verdict) -> f64 {
+        match self {
+            AnyAlgorithm::Vegas(a) => a.next_limit(limit, verdict),
+            AnyAlgorithm::Gradient2(a) => a.next_limit(limit, verdict),
+            AnyAlgorithm::Aimd(a) => a.next_limit(limit, verdict),
+            AnyAlgorithm::Gateway(a) => a.next_limit(limit, verdict),
+            AnyAlgorithm::Fixed(a) => a.next_limit(limit, verdict),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn background_errors_shrink_a_little_without_vetoing_growth() {
+        assert!((with_errors(100.0, 110.0, 0.005) - 110.0 * 0.9975).abs() < 1e-9);
+        assert_eq!(with_errors(100.0, 110.0, 0.2), 90.0);
+        assert_eq!(with_errors(100.0, 80.0, 1.0), 40.0);
+    }
+}

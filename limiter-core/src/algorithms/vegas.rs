@@ -1,0 +1,101 @@
+//! Vegas: estimate the queue our concurrency builds at the upstream and keep it between
+//! alpha and beta requests (Brakmo & Peterson; Netflix VegasLimit's units).
+//!
+//! queue = limit x (1 - baseline / latency), alpha = 3 log10(limit), beta = 6 log10(limit).
+//! Run once per window instead of once per sample, so the steps are sized per window:
+//! - an empty queue (at most log10(limit)) grows by beta, Netflix's fast path;
+//! - a queue below alpha grows by log10(limit);
+//! - a queue above beta shrinks by a quarter of the excess (at least log10(limit)): the
+//!   excess is the number of requests queued beyond beta, and a quarter of it per window
+//!   keeps the limit from overshooting while the filtered latency lags a few windows behind.
+//!
+//! Shrinking is decided on the smoothed latency (one noisy window must not cut the limit);
+//! growing is vetoed by the newest window as well, because the smoothed latency shows a queue
+//! several windows late and growth during those windows is pure overshoot.
+
+use super::{with_errors, LimitAlgorithm, Verdict};
+
+/// Share of the excess queue removed per window.
+const SHRINK_GAIN: f64 = 0.25;
+
+/// TCP Vegas queue estimation, windowed.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Vegas;
+
+impl LimitAlgorithm for Vegas {
+    fn next_limit(&mut self, limit: f64, verdict: &Verdict) -> f64 {
+        let Some(latency) = verdict.latency else {
+            return with_errors(limit, limit, verdict.error_pressure);
+        };
+        let log = limit.max(1.0).log10();
+        let (alpha, beta) = (3.0 * log, 6.0 * log);
+        let step = log.max(1.0);
+        let queue = |rtt: f64| limit * (1.0 - latency.baseline / rtt.max(1.0)).max(0.0);
+        let settled = queue(latency.smoothed);
+        let fresh = queue(latency.smoothed.max(latency.latest));
+        let proposed = if settled > beta {
+            limit - (SHRINK_GAIN * (settled - beta)).max(step)
+        } else if fresh <= step {
+            limit + beta.max(1.0)
+        } else if fresh < alpha {
+            limit + step
+        } else {
+            limit
+        };
+        with_errors(limit, proposed, verdict.error_pressure)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithms::LatencyView;
+
+    fn verdict(smoothed: f64, latest: f64, baseline: f64) -> Verdict {
+        Verdict {
+            now_ns: 0,
+            error_pressure: 0.0,
+            latency: Some(LatencyView {
+                smoothed,
+                latest,
+                baseline,
+            }),
+        }
+    }
+
+    #[test]
+    fn an_empty_queue_grows_by_beta() {
+        let next = Vegas.next_limit(100.0, &verdict(10.0, 10.0, 10.0));
+        assert!((next - 112.0).abs() < 1e-9, "{next}");
+    }
+
+    #[test]
+    fn a_short_queue_grows_by_one_step() {
+        // queue = 100 x (1 - 10/10.4) = 3.8: above log10(100) = 2, below alpha = 6.
+        assert_eq!(Vegas.next_limit(100.0, &verdict(10.4, 10.4, 10.0)), 102.0);
+    }
+
+    #[test]
+    fn a_queue_inside_the_band_holds() {
+        // queue = 100 x (1 - 10/11) = 9.1, between 6 and 12.
+        assert_eq!(Vegas.next_limit(100.0, &verdict(11.0, 11.0, 10.0)), 100.0);
+    }
+
+    #[test]
+    fn a_long_queue_shrinks_by_a_quarter_of_the_excess() {
+        // queue = 100 x (1 - 10/20) = 50, excess over beta = 38.
+        assert_eq!(Vegas.next_limit(100.0, &verdict(20.0, 20.0, 10.0)), 90.5);
+    }
+
+    #[test]
+    fn a_queue_in_the_newest_window_vetoes_growth_but_does_not_shrink() {
+        assert_eq!(Vegas.next_limit(100.0, &verdict(10.0, 30.0, 10.0)), 100.0);
+    }
+
+    #[test]
+    fn errors_veto_growth_and_shrink() {
+        let mut v = verdict(10.0, 10.0, 10.0);
+        v.error_pressure = 0.2;
+        assert_eq!(Vegas.next_limit(100.0, &v), 90.0);
+    }
+}

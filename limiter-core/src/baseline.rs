@@ -1,0 +1,91 @@
+//! The no-load latency: a running minimum of the smoothed latency that heals upward only on
+//! evidence.
+//!
+//! Downward it follows any lower smoothed latency at once (a lower latency is never a loaded
+//! one, and the median filter keeps one lucky window out). Upward it moves only when the
+//! correlation window shows the latency settled at a new level that our own concurrency did
+//! not cause ([`Evidence::shows_external_shift`]), and then by at most [`MAX_HEAL_STEP`] per
+//! move, each move needing fresh evidence. A loaded latency follows in-flight, so it cannot
+//! pass that test and never becomes the baseline.
+
+use crate::evidence::{Evidence, EvidencePoint};
+
+/// The most the baseline may rise in one move: a doubling heals a deploy or a failover in one
+/// step, while a thirty-fold incident needs five separate rounds of evidence.
+pub const MAX_HEAL_STEP: f64 = 2.0;
+
+/// The no-load latency and the evidence that may move it up.
+#[derive(Clone, Debug, Default)]
+pub struct Baseline {
+    value: Option<f64>,
+    evidence: Evidence,
+}
+
+impl Baseline {
+    /// The current no-load latency, once a window has been seen.
+    pub fn value(&self) -> Option<f64> {
+        self.value
+    }
+
+    /// Takes the newest smoothed latency, the window's evidence (absent when the window
+    /// cannot testify: no own samples, or identical latencies) and whether the latency has
+    /// stopped moving; returns the baseline.
+    pub fn observe(&mut self, smoothed: f64, point: Option<EvidencePoint>, settled: bool) -> f64 {
+        let mut baseline = self.value.map_or(smoothed, |b| b.min(smoothed));
+        if let Some(point) = point {
+            self.evidence.push(point);
+        }
+        if settled && self.evidence.shows_external_shift(baseline) {
+            baseline = smoothed.min(baseline * MAX_HEAL_STEP);
+            self.evidence.clear();
+        }
+        self.value = Some(baseline);
+        baseline
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn point(inflight: f64, latency: f64) -> Option<EvidencePoint> {
+        Some(EvidencePoint {
+            inflight,
+            throughput: inflight / latency,
+            latency,
+        })
+    }
+
+    #[test]
+    fn follows_lower_latencies_at_once() {
+        let mut b = Baseline::default();
+        assert_eq!(b.observe(10.0, point(5.0, 10.0), false), 10.0);
+        assert_eq!(b.observe(8.0, point(5.0, 8.0), false), 8.0);
+        assert_eq!(b.observe(12.0, point(5.0, 12.0), true), 8.0);
+    }
+
+    #[test]
+    fn heals_by_at_most_a_doubling_and_then_needs_fresh_evidence() {
+        let mut b = Baseline::default();
+        b.observe(1.0, point(100.0, 1.0), true);
+        let mut baselines = vec![1.0];
+        for i in 0..40 {
+            let inflight = 100.0 - 2.0 * f64::from(i);
+            baselines.push(b.observe(10.0, point(inflight, 10.0), true));
+        }
+        baselines.dedup();
+        assert!(baselines.len() >= 3, "{baselines:?}");
+        assert_eq!(baselines[1], 2.0);
+        assert!(baselines.windows(2).all(|w| w[1] == w[0] * MAX_HEAL_STEP));
+    }
+
+    #[test]
+    fn does_not_heal_while_the_latency_is_still_moving() {
+        let mut b = Baseline::default();
+        b.observe(1.0, point(100.0, 1.0), true);
+        for i in 0..40 {
+            let inflight = 100.0 - 2.0 * f64::from(i);
+            assert_eq!(b.observe(3.0, point(inflight, 3.0), false), 1.0);
+        }
+    }
+}

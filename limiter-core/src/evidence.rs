@@ -1,0 +1,180 @@
+//! The correlation window: in-flight, throughput and latency of the last 50 windows, and the
+//! question the baseline asks of them: is the latency we see bought by our own concurrency?
+//!
+//! The evidence is read as elasticities, regression slopes in log-log space (covariance over
+//! variance of log in-flight). Below capacity, latency does not follow in-flight (slope near 0)
+//! and throughput does (slope near 1). Past capacity it is the other way round: more in-flight
+//! only buys queueing. Little's law ties the two slopes together; both are checked so that a
+//! noisy throughput or a noisy latency alone cannot trigger a move.
+
+/// Windows of evidence kept (Uber's "running window, typically lasting 50 intervals").
+pub const CORRELATION_WINDOWS: usize = 50;
+/// A window is elevated when its p90 is at least this multiple of the baseline.
+const ELEVATED: f64 = 1.25;
+/// Elevated windows needed before any conclusion.
+const MIN_ELEVATED: usize = 10;
+/// The newest windows must all be elevated: the latency sits at its new level now.
+const RECENT_ELEVATED: usize = 5;
+/// Standard deviation of log in-flight below which in-flight did not vary enough to tell.
+const MIN_INFLIGHT_SPREAD: f64 = 0.1;
+/// Latency elasticity at or below which latency is not following in-flight.
+const MAX_LATENCY_SLOPE: f64 = 0.5;
+/// Throughput elasticity at or above which more concurrency still buys throughput.
+const MIN_THROUGHPUT_SLOPE: f64 = 0.5;
+
+/// One window's contribution to the evidence.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct EvidencePoint {
+    /// Mean in-flight at request start.
+    pub inflight: f64,
+    /// Successful exchanges per second.
+    pub throughput: f64,
+    /// The window's p90 latency.
+    pub latency: f64,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct LogPoint {
+    inflight: f32,
+    throughput: f32,
+    latency: f32,
+}
+
+/// The last [`CORRELATION_WINDOWS`] windows, oldest overwritten first.
+#[derive(Clone, Debug)]
+pub struct Evidence {
+    points: [LogPoint; CORRELATION_WINDOWS],
+    len: usize,
+    next: usize,
+}
+
+impl Default for Evidence {
+    fn default() -> Self {
+        Evidence {
+            points: [LogPoint::default(); CORRELATION_WINDOWS],
+            len: 0,
+            next: 0,
+        }
+    }
+}
+
+impl Evidence {
+    /// Records one window; in-flight is floored at one request (the sample's own).
+    pub fn push(&mut self, p: EvidencePoint) {
+        self.points[self.next] = LogPoint {
+            inflight: p.inflight.max(1.0).ln() as f32,
+            throughput: p.throughput.max(f64::MIN_POSITIVE).ln() as f32,
+            latency: p.latency.max(1.0).ln() as f32,
+        };
+        self.next = (self.next + 1) % CORRELATION_WINDOWS;
+        self.len = (self.len + 1).min(CORRELATION_WINDOWS);
+    }
+
+    /// Forgets every window: the next conclusion needs fresh evidence.
+    pub fn clear(&mut self) {
+        self.len = 0;
+    }
+
+    /// The held windows, newest first.
+    fn newest_first(&self) -> impl Iterator<Item = &LogPoint> {
+        (1..=self.len).map(move |back| {
+            &self.points[(self.next + CORRELATION_WINDOWS - back) % CORRELATION_WINDOWS]
+        })
+    }
+
+    /// Whether latency has settled above `baseline` for reasons other than our load: it is
+    /// elevated in the newest windows, and across the elevated windows in-flight varied while
+    /// latency did not follow it and throughput did.
+    pub fn shows_external_shift(&self, baseline: f64) -> bool {
+        let floor = (baseline.max(1.0) * ELEVATED).ln() as f32;
+        if self.newest_first().take(RECENT_ELEVATED).filter(|p| p.latency >= floor).count()
+            < RECENT_ELEVATED
+        {
+            return false;
+        }
+        let mut n = 0.0;
+        let (mut sx, mut sxx, mut sl, mut sxl, mut st, mut sxt) = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
+        for p in self.newest_first().filter(|p| p.latency >= floor) {
+            let (x, l, t) = (
+                f64::from(p.inflight),
+                f64::from(p.latency),
+                f64::from(p.throughput),
+            );
+            n += 1.0;
+            sx += x;
+            sxx += x * x;
+            sl += l;
+            sxl += x * l;
+            st += t;
+            sxt += x * t;
+        }
+        if n < MIN_ELEVATED as f64 {
+            return false;
+        }
+        let var_x = sxx / n - (sx / n).powi(2);
+        if var_x.max(0.0).sqrt() < MIN_INFLIGHT_SPREAD {
+            return false;
+        }
+        let latency_slope = (sxl / n - sx / n * sl / n) / var_x;
+        let throughput_slope = (sxt / n - sx / n * st / n) / var_x;
+        latency_slope <= MAX_LATENCY_SLOPE && throughput_slope >= MIN_THROUGHPUT_SLOPE
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Windows at the given in-flight levels, latency = base x (in-flight / capacity) past
+    /// capacity, throughput = in-flight / latency (Little's law).
+    fn upstream(evidence: &mut Evidence, inflights: &[f64], base: f64, capacity: f64) {
+        for &inflight in inflights {
+            let latency = base * (inflight / capacity).max(1.0);
+            evidence.push(EvidencePoint {
+                inflight,
+                throughput: inflight / latency,
+                latency,
+            });
+        }
+    }
+
+    fn shrinking() -> Vec<f64> {
+        (0..20).map(|i| 110.0 - 4.0 * f64::from(i)).collect()
+    }
+
+    #[test]
+    fn a_slower_upstream_below_capacity_is_an_external_shift() {
+        let mut e = Evidence::default();
+        upstream(&mut e, &shrinking(), 200e6, 1_000.0);
+        assert!(e.shows_external_shift(100e6));
+    }
+
+    #[test]
+    fn queueing_past_capacity_is_not() {
+        let mut e = Evidence::default();
+        upstream(&mut e, &shrinking(), 100e6, 20.0);
+        assert!(!e.shows_external_shift(100e6));
+    }
+
+    #[test]
+    fn without_in_flight_variation_there_is_no_evidence() {
+        let mut e = Evidence::default();
+        upstream(&mut e, &[30.0; 20], 200e6, 1_000.0);
+        assert!(!e.shows_external_shift(100e6));
+    }
+
+    #[test]
+    fn latency_still_near_the_baseline_is_no_shift() {
+        let mut e = Evidence::default();
+        upstream(&mut e, &shrinking(), 110e6, 1_000.0);
+        assert!(!e.shows_external_shift(100e6));
+    }
+
+    #[test]
+    fn clearing_forgets_the_evidence() {
+        let mut e = Evidence::default();
+        upstream(&mut e, &shrinking(), 200e6, 1_000.0);
+        e.clear();
+        assert!(!e.shows_external_shift(100e6));
+    }
+}

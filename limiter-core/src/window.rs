@@ -1,0 +1,265 @@
+//! Collects samples and outcomes into windows and decides when a window closes.
+//!
+//! A window closes at update time once it is at least `min_window_ns` long (and at least twice
+//! its fastest latency, so the samples it holds can have started inside it) and holds
+//! `min_samples` events; or at `max_window_ns`, whatever it holds. A window closed thin (fewer
+//! samples than `min_samples`) takes its p90 over the last `min_samples` latencies, reaching
+//! back into earlier windows, so low traffic still yields a p90 of full weight instead of
+//! being thrown away.
+
+use crate::config::Pipeline;
+use crate::quantile::{LogHistogram, SampleRing, RING};
+use crate::Outcome;
+
+const NANOS_PER_SEC: f64 = 1e9;
+
+/// Identical latencies within this relative spread are the mark of a timer, not of service.
+const DEGENERATE_SPREAD: f64 = 1e-3;
+
+/// Timeouts weigh double in the error pressure: the client gave up, the strongest signal.
+const TIMEOUT_WEIGHT: u32 = 2;
+
+/// What one closed window says.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct WindowSummary {
+    /// How long the window was open.
+    pub duration_ns: u64,
+    /// Latency samples (successful exchanges).
+    pub samples: u32,
+    /// Requests that failed.
+    pub errors: u32,
+    /// Requests that timed out.
+    pub timeouts: u32,
+    /// The window's p90 latency, if any latency is known.
+    pub p90_ns: Option<f64>,
+    /// Mean in-flight count at request start, over the window's samples.
+    pub mean_inflight: f64,
+    /// Highest in-flight count at request start.
+    pub peak_inflight: u32,
+    /// Whether the latencies differ at all; identical latencies carry no evidence of health.
+    pub dispersed: bool,
+}
+
+impl WindowSummary {
+    /// Successful exchanges per second.
+    pub fn throughput(&self) -> f64 {
+        f64::from(self.samples) * NANOS_PER_SEC / (self.duration_ns.max(1) as f64)
+    }
+
+    /// Share of the window's requests that failed, timeouts counted double, in 0..=1.
+    pub fn error_pressure(&self) -> f64 {
+        let events = self.samples + self.errors + self.timeouts;
+        if events == 0 {
+            return 0.0;
+        }
+        let weighted = self.errors + TIMEOUT_WEIGHT * self.timeouts;
+        (f64::from(weighted) / f64::from(events)).min(1.0)
+    }
+}
+
+/// The open window plus the latencies that outlive it (for thin windows).
+#[derive(Clone, Debug)]
+pub struct Windows {
+    pipeline: Pipeline,
+    recent: SampleRing,
+    histogram: LogHistogram,
+    start_ns: u64,
+    samples: u32,
+    errors: u32,
+    timeouts: u32,
+    min_latency_ns: u64,
+    max_latency_ns: u64,
+    inflight_sum: u64,
+    peak_inflight: u32,
+}
+
+impl Windows {
+    /// Opens the first window at `now_ns`.
+    pub fn new(pipeline: Pipeline, now_ns: u64) -> Self {
+        Windows {
+            pipeline,
+            recent: SampleRing::default(),
+            histogram: LogHistogram::default(),
+            start_ns: now_ns,
+            samples: 0,
+            errors: 0,
+            timeouts: 0,
+            min_latency_ns: u64::MAX,
+            max_latency_ns: 0,
+            inflight_sum: 0,
+            peak_inflight: 0,
+        }
+    }
+
+    /// Adds a latency sample taken with `inflight` requests outstanding at its start.
+    pub fn record_sample(&mut self, latency_ns: u64, inflight: u32) {
+        self.recent.push(latency_ns as f64);
+        self.histogram.push(latency_ns);
+        self.samples = self.samples.saturating_add(1);
+        self.min_latency_ns = self.min_latency_ns.min(latency_ns);
+        self.max_latency_ns = self.max_latency_ns.max(latency_ns);
+        self.inflight_sum = self.inflight_sum.saturating_add(u64::from(inflight));
+        self.peak_inflight = self.peak_inflight.max(inflight);
+    }
+
+    /// Adds an outcome; a shed request contributes nothing.
+    pub fn record_outcome(&mut self, outcome: Outcome) {
+        match outcome {
+            Outcome::Error => self.errors = self.errors.saturating_add(1),
+            Outcome::Timeout => self.timeouts = self.timeouts.saturating_add(1),
+            Outcome::Shed => {}
+        }
+    }
+
+    fn events(&self) -> u32 {
+        self.samples
+            .saturating_add(self.errors)
+            .saturating_add(self.timeouts)
+    }
+
+    fn is_due(&self, elapsed_ns: u64) -> bool {
+        let p = &self.pipeline;
+        if elapsed_ns >= p.max_window_ns {
+            return true;
+        }
+        // Without a sample the fastest latency is unknown; errors alone may close the window.
+        let fastest = if self.samples == 0 { 0 } else { self.min_latency_ns };
+        let long_enough = p.min_window_ns.max(fastest.saturating_mul(2));
+        elapsed_ns >= long_enough && self.events() >= p.min_samples
+    }
+
+    fn p90(&self) -> Option<f64> {
+        let p = self.pipeline.quantile;
+        let span = (self.samples as usize).max(self.pipeline.min_samples as usize);
+        if span <= RING {
+            self.recent.quantile_of_last(span, p)
+        } else if self.samples > 0 {
+            self.histogram.quantile(p)
+        } else {
+            None
+        }
+    }
+
+    /// Closes the window if it is due at `now_ns`, and opens the next one.
+    pub fn close_if_due(&mut self, now_ns: u64) -> Option<WindowSummary> {
+        let elapsed_ns = now_ns.saturating_sub(self.start_ns);
+        if !self.is_due(elapsed_ns) {
+            return None;
+        }
+        let summary = WindowSummary {
+            duration_ns: elapsed_ns,
+            samples: self.samples,
+            errors: self.errors,
+            timeouts: self.timeouts,
+            p90_ns: self.p90(),
+            mean_inflight: if self.samples == 0 {
+                0.0
+            } else {
+                self.inflight_sum as f64 / f64::from(self.samples)
+            },
+            peak_inflight: self.peak_inflight,
+            dispersed: self.samples < 2
+                || (self.max_latency_ns - self.min_latency_ns) as f64
+                    > self.max_latency_ns as f64 * DEGENERATE_SPREAD,
+        };
+        self.histogram.reset();
+        self.start_ns = now_ns;
+        self.samples = 0;
+        self.errors = 0;
+        self.timeouts = 0;
+        self.min_latency_ns = u64::MAX;
+        self.max_latency_ns = 0;
+        self.inflight_sum = 0;
+        self.peak_inflight = 0;
+        Some(summary)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SEC: u64 = 1_000_000_000;
+    const MS: u64 = 1_000_000;
+
+    fn windows() -> Windows {
+        Windows::new(Pipeline::default(), 0)
+    }
+
+    #[test]
+    fn closes_after_two_seconds_with_enough_samples() {
+        let mut w = windows();
+        for i in 0..60 {
+            w.record_sample((10 + i % 7) * MS, 5);
+        }
+        assert_eq!(w.close_if_due(SEC), None);
+        let s = w.close_if_due(2 * SEC).expect("due");
+        assert_eq!(s.samples, 60);
+        assert_eq!(s.peak_inflight, 5);
+        assert!((s.throughput() - 30.0).abs() < 1e-9);
+        assert!(s.dispersed);
+        assert_eq!(w.close_if_due(3 * SEC), None, "a fresh window is open");
+    }
+
+    #[test]
+    fn stays_open_for_twice_its_fastest_latency() {
+        let mut w = windows();
+        for _ in 0..60 {
+            w.record_sample(3 * SEC, 5);
+        }
+        assert_eq!(w.close_if_due(5 * SEC), None);
+        assert!(w.close_if_due(6 * SEC).is_some());
+    }
+
+    #[test]
+    fn a_thin_window_closes_at_the_cap_with_the_p90_of_recent_windows() {
+        let mut w = windows();
+        for i in 1..=40 {
+            w.record_sample(i * MS, 1);
+        }
+        w.close_if_due(30 * SEC).expect("closed at the cap");
+        for _ in 0..4 {
+            w.record_sample(100 * MS, 1);
+        }
+        assert_eq!(w.close_if_due(59 * SEC), None);
+        let thin = w.close_if_due(60 * SEC).expect("closed at the cap");
+        assert_eq!(thin.samples, 4);
+        // The last 50 latencies: 40 ms..=4 ms reaching back, plus four at 100 ms.
+        let p90 = thin.p90_ns.unwrap();
+        assert!(p90 > 39.0 * MS as f64 && p90 < 100.0 * MS as f64, "{p90}");
+    }
+
+    #[test]
+    fn identical_latencies_are_not_dispersed() {
+        let mut w = windows();
+        for _ in 0..60 {
+            w.record_sample(5 * SEC, 9);
+        }
+        assert!(!w.close_if_due(30 * SEC).unwrap().dispersed);
+    }
+
+    #[test]
+    fn outcomes_count_towards_closing_and_pressure_but_shed_does_not() {
+        let mut w = windows();
+        for _ in 0..30 {
+            w.record_sample(10 * MS, 3);
+        }
+        for _ in 0..10 {
+            w.record_outcome(Outcome::Error);
+            w.record_outcome(Outcome::Timeout);
+            w.record_outcome(Outcome::Shed);
+        }
+        let s = w.close_if_due(2 * SEC).expect("50 events");
+        assert!((s.error_pressure() - 30.0 / 50.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn large_windows_use_the_histogram() {
+        let mut w = windows();
+        for i in 1..=1_000 {
+            w.record_sample(i * MS, 50);
+        }
+        let p90 = w.close_if_due(2 * SEC).unwrap().p90_ns.unwrap();
+        assert!((p90 / (900.0 * MS as f64) - 1.0).abs() < 0.03, "{p90}");
+    }
+}
