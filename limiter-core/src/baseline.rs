@@ -27,11 +27,29 @@ impl Baseline {
         self.value
     }
 
+    /// Whether the newest windows show our own concurrency queueing at the upstream.
+    pub fn shows_self_queueing(&self) -> bool {
+        self.evidence.shows_self_queueing()
+    }
+
     /// Takes the newest smoothed latency, the window's evidence (absent when the window
-    /// cannot testify: no own samples, or identical latencies) and whether the latency has
-    /// stopped moving; returns the baseline.
-    pub fn observe(&mut self, smoothed: f64, point: Option<EvidencePoint>, settled: bool) -> f64 {
-        let mut baseline = self.value.map_or(smoothed, |b| b.min(smoothed));
+    /// cannot testify: no own samples, or identical latencies), whether the filter is still
+    /// warming up and whether the latency has stopped moving; returns the baseline.
+    ///
+    /// While the filter warms up its output is one or two windows' p90, too noisy to be a
+    /// minimum: a lucky first window would stay the baseline for good, so the baseline follows
+    /// the filter until it holds its full five windows.
+    pub fn observe(
+        &mut self,
+        smoothed: f64,
+        point: Option<EvidencePoint>,
+        warming_up: bool,
+        settled: bool,
+    ) -> f64 {
+        let mut baseline = match self.value {
+            Some(b) if !warming_up => b.min(smoothed),
+            _ => smoothed,
+        };
         if let Some(point) = point {
             self.evidence.push(point);
         }
@@ -59,19 +77,27 @@ mod tests {
     #[test]
     fn follows_lower_latencies_at_once() {
         let mut b = Baseline::default();
-        assert_eq!(b.observe(10.0, point(5.0, 10.0), false), 10.0);
-        assert_eq!(b.observe(8.0, point(5.0, 8.0), false), 8.0);
-        assert_eq!(b.observe(12.0, point(5.0, 12.0), true), 8.0);
+        assert_eq!(b.observe(10.0, point(5.0, 10.0), false, false), 10.0);
+        assert_eq!(b.observe(8.0, point(5.0, 8.0), false, false), 8.0);
+        assert_eq!(b.observe(12.0, point(5.0, 12.0), false, true), 8.0);
+    }
+
+    #[test]
+    fn follows_the_filter_while_it_warms_up() {
+        let mut b = Baseline::default();
+        assert_eq!(b.observe(8.0, None, true, false), 8.0);
+        assert_eq!(b.observe(10.0, None, true, false), 10.0);
+        assert_eq!(b.observe(12.0, None, false, false), 10.0);
     }
 
     #[test]
     fn heals_by_at_most_a_doubling_and_then_needs_fresh_evidence() {
         let mut b = Baseline::default();
-        b.observe(1.0, point(100.0, 1.0), true);
+        b.observe(1.0, point(100.0, 1.0), false, true);
         let mut baselines = vec![1.0];
         for i in 0..40 {
             let inflight = 100.0 - 2.0 * f64::from(i);
-            baselines.push(b.observe(10.0, point(inflight, 10.0), true));
+            baselines.push(b.observe(10.0, point(inflight, 10.0), false, true));
         }
         baselines.dedup();
         assert!(baselines.len() >= 3, "{baselines:?}");
@@ -82,10 +108,10 @@ mod tests {
     #[test]
     fn does_not_heal_while_the_latency_is_still_moving() {
         let mut b = Baseline::default();
-        b.observe(1.0, point(100.0, 1.0), true);
+        b.observe(1.0, point(100.0, 1.0), false, true);
         for i in 0..40 {
             let inflight = 100.0 - 2.0 * f64::from(i);
-            assert_eq!(b.observe(3.0, point(inflight, 3.0), false), 1.0);
+            assert_eq!(b.observe(3.0, point(inflight, 3.0), false, false), 1.0);
         }
     }
 }

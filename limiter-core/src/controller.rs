@@ -62,13 +62,17 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             throughput: window.throughput(),
             latency: p90,
         });
-        let baseline = self
-            .baseline
-            .observe(smoothed, point, self.filter.is_settled(SETTLED));
+        let baseline = self.baseline.observe(
+            smoothed,
+            point,
+            self.filter.is_warming_up(),
+            self.filter.is_settled(SETTLED),
+        );
         Some(LatencyView {
             smoothed,
             latest: p90,
             baseline,
+            self_queueing: self.baseline.shows_self_queueing(),
         })
     }
 

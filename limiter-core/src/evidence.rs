@@ -21,6 +21,53 @@ const MIN_INFLIGHT_SPREAD: f64 = 0.1;
 const MAX_LATENCY_SLOPE: f64 = 0.5;
 /// Throughput elasticity at or above which more concurrency still buys throughput.
 const MIN_THROUGHPUT_SLOPE: f64 = 0.5;
+/// Windows read to tell whether our own concurrency is queueing now.
+const RECENT_QUEUEING: usize = 10;
+/// Latency elasticity at or above which latency follows in-flight: queueing.
+const QUEUEING_LATENCY_SLOPE: f64 = 0.7;
+/// Throughput elasticity at or below which more concurrency buys no throughput.
+const QUEUEING_THROUGHPUT_SLOPE: f64 = 0.3;
+
+/// Elasticities of latency and throughput with respect to in-flight.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Slopes {
+    latency: f64,
+    throughput: f64,
+}
+
+impl Slopes {
+    /// Least-squares slopes over `points`, if there are at least `min_points` of them and
+    /// in-flight varied enough among them to tell anything.
+    fn over<'a>(points: impl Iterator<Item = &'a LogPoint>, min_points: usize) -> Option<Slopes> {
+        let mut n = 0.0;
+        let (mut sx, mut sxx, mut sl, mut sxl, mut st, mut sxt) = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
+        for p in points {
+            let (x, l, t) = (
+                f64::from(p.inflight),
+                f64::from(p.latency),
+                f64::from(p.throughput),
+            );
+            n += 1.0;
+            sx += x;
+            sxx += x * x;
+            sl += l;
+            sxl += x * l;
+            st += t;
+            sxt += x * t;
+        }
+        if n < min_points as f64 {
+            return None;
+        }
+        let var_x = sxx / n - (sx / n).powi(2);
+        if var_x.max(0.0).sqrt() < MIN_INFLIGHT_SPREAD {
+            return None;
+        }
+        Some(Slopes {
+            latency: (sxl / n - sx / n * sl / n) / var_x,
+            throughput: (sxt / n - sx / n * st / n) / var_x,
+        })
+    }
+}
 
 /// One window's contribution to the evidence.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -87,37 +134,25 @@ impl Evidence {
     /// latency did not follow it and throughput did.
     pub fn shows_external_shift(&self, baseline: f64) -> bool {
         let floor = (baseline.max(1.0) * ELEVATED).ln() as f32;
-        if self.newest_first().take(RECENT_ELEVATED).filter(|p| p.latency >= floor).count()
-            < RECENT_ELEVATED
-        {
+        let recent = self.newest_first().take(RECENT_ELEVATED);
+        if recent.filter(|p| p.latency >= floor).count() < RECENT_ELEVATED {
             return false;
         }
-        let mut n = 0.0;
-        let (mut sx, mut sxx, mut sl, mut sxl, mut st, mut sxt) = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
-        for p in self.newest_first().filter(|p| p.latency >= floor) {
-            let (x, l, t) = (
-                f64::from(p.inflight),
-                f64::from(p.latency),
-                f64::from(p.throughput),
-            );
-            n += 1.0;
-            sx += x;
-            sxx += x * x;
-            sl += l;
-            sxl += x * l;
-            st += t;
-            sxt += x * t;
-        }
-        if n < MIN_ELEVATED as f64 {
-            return false;
-        }
-        let var_x = sxx / n - (sx / n).powi(2);
-        if var_x.max(0.0).sqrt() < MIN_INFLIGHT_SPREAD {
-            return false;
-        }
-        let latency_slope = (sxl / n - sx / n * sl / n) / var_x;
-        let throughput_slope = (sxt / n - sx / n * st / n) / var_x;
-        latency_slope <= MAX_LATENCY_SLOPE && throughput_slope >= MIN_THROUGHPUT_SLOPE
+        Slopes::over(
+            self.newest_first().filter(|p| p.latency >= floor),
+            MIN_ELEVATED,
+        )
+        .is_some_and(|s| s.latency <= MAX_LATENCY_SLOPE && s.throughput >= MIN_THROUGHPUT_SLOPE)
+    }
+
+    /// Whether, over the newest windows, latency rose and fell with in-flight while throughput
+    /// did not: our own concurrency is queueing at the upstream. This holds even when the
+    /// baseline itself was learned under load (a saturated start), which the queue estimate
+    /// against that baseline cannot see.
+    pub fn shows_self_queueing(&self) -> bool {
+        Slopes::over(self.newest_first().take(RECENT_QUEUEING), RECENT_QUEUEING).is_some_and(|s| {
+            s.latency >= QUEUEING_LATENCY_SLOPE && s.throughput <= QUEUEING_THROUGHPUT_SLOPE
+        })
     }
 }
 
@@ -154,6 +189,14 @@ mod tests {
         let mut e = Evidence::default();
         upstream(&mut e, &shrinking(), 100e6, 20.0);
         assert!(!e.shows_external_shift(100e6));
+        assert!(e.shows_self_queueing());
+    }
+
+    #[test]
+    fn below_capacity_there_is_no_self_queueing() {
+        let mut e = Evidence::default();
+        upstream(&mut e, &shrinking(), 100e6, 1_000.0);
+        assert!(!e.shows_self_queueing());
     }
 
     #[test]

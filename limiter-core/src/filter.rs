@@ -50,6 +50,11 @@ impl LatencyFilter {
         smoothed
     }
 
+    /// Whether fewer than five windows have been seen.
+    pub fn is_warming_up(&self) -> bool {
+        self.len < MEDIAN_OF
+    }
+
     /// The smoothed latency, once a window has been seen.
     pub fn smoothed(&self) -> Option<f64> {
         self.smoothed

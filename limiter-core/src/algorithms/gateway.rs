@@ -88,6 +88,7 @@ mod tests {
                 smoothed,
                 latest: smoothed,
                 baseline: 0.0,
+                self_queueing: false,
             }),
         }
     }

@@ -56,6 +56,7 @@ mod tests {
                 smoothed,
                 latest: smoothed,
                 baseline: 10.0,
+                self_queueing: false,
             }),
         }
     }

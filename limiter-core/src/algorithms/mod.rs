@@ -27,6 +27,9 @@ pub struct LatencyView {
     pub latest: f64,
     /// The no-load latency.
     pub baseline: f64,
+    /// The correlation window shows latency following in-flight while throughput does not:
+    /// our concurrency is queueing, whatever the queue estimate against the baseline says.
+    pub self_queueing: bool,
 }
 
 /// What one closed window tells an algorithm.

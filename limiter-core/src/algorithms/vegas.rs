@@ -12,11 +12,19 @@
 //! Shrinking is decided on the smoothed latency (one noisy window must not cut the limit);
 //! growing is vetoed by the newest window as well, because the smoothed latency shows a queue
 //! several windows late and growth during those windows is pure overshoot.
+//!
+//! The queue estimate is only as good as the baseline. When demand saturates the upstream from
+//! the first window, the first baseline already holds a queue and the estimate reads zero.
+//! The correlation window still sees latency following in-flight while throughput does not;
+//! on that evidence the limit shrinks by [`QUEUEING_SHRINK`] per window until in-flight drops
+//! below capacity, where the latency falls and the baseline learns its true value.
 
 use super::{with_errors, LimitAlgorithm, Verdict};
 
 /// Share of the excess queue removed per window.
 const SHRINK_GAIN: f64 = 0.25;
+/// Share of the limit removed per window while the evidence shows our own queueing.
+const QUEUEING_SHRINK: f64 = 0.05;
 
 /// TCP Vegas queue estimation, windowed.
 #[derive(Clone, Copy, Debug, Default)]
@@ -35,6 +43,8 @@ impl LimitAlgorithm for Vegas {
         let fresh = queue(latency.smoothed.max(latency.latest));
         let proposed = if settled > beta {
             limit - (SHRINK_GAIN * (settled - beta)).max(step)
+        } else if latency.self_queueing {
+            limit - (QUEUEING_SHRINK * limit).max(step)
         } else if fresh <= step {
             limit + beta.max(1.0)
         } else if fresh < alpha {
@@ -59,6 +69,7 @@ mod tests {
                 smoothed,
                 latest,
                 baseline,
+                self_queueing: false,
             }),
         }
     }
@@ -90,6 +101,15 @@ mod tests {
     #[test]
     fn a_queue_in_the_newest_window_vetoes_growth_but_does_not_shrink() {
         assert_eq!(Vegas.next_limit(100.0, &verdict(10.0, 30.0, 10.0)), 100.0);
+    }
+
+    #[test]
+    fn evidence_of_queueing_shrinks_even_with_an_empty_queue_estimate() {
+        let mut v = verdict(10.0, 10.0, 10.0);
+        if let Some(l) = v.latency.as_mut() {
+            l.self_queueing = true;
+        }
+        assert_eq!(Vegas.next_limit(100.0, &v), 95.0);
     }
 
     #[test]
