@@ -186,3 +186,58 @@ pub fn min_max(limits: &[u32]) -> (u32, u32) {
         limits.iter().copied().max().unwrap(),
     )
 }
+
+/// One request's result in a synthetic stream.
+pub enum Event {
+    Sample { latency_ns: u64, inflight: u32 },
+    Outcome(Outcome),
+}
+
+/// A synthetic sample stream: `per_sec` events spread evenly over 100 ms ticks, each made by
+/// a closure that sees the current limit; `update` after every tick.
+pub struct Stream {
+    pub now: u64,
+    pub rng: Pcg64,
+}
+
+impl Stream {
+    pub fn new(seed: u64) -> Self {
+        Stream {
+            now: 0,
+            rng: Pcg64::seed_from_u64(seed),
+        }
+    }
+
+    /// Lognormal jitter around 1 (sigma 0.2), so no two latencies are identical.
+    pub fn jitter(&mut self) -> f64 {
+        LogNormal::new(0.0, 0.2).unwrap().sample(&mut self.rng)
+    }
+
+    pub fn run<C: Controller + ?Sized>(
+        &mut self,
+        c: &mut C,
+        seconds: u64,
+        per_sec: f64,
+        mut event: impl FnMut(u32, &mut Self) -> Event,
+    ) -> Vec<u32> {
+        let mut limits = Vec::new();
+        let mut owed = 0.0;
+        let end = self.now + seconds * SEC;
+        while self.now < end {
+            self.now += TICK;
+            owed += per_sec * TICK as f64 / SEC as f64;
+            while owed >= 1.0 {
+                owed -= 1.0;
+                match event(c.limit(), self) {
+                    Event::Sample {
+                        latency_ns,
+                        inflight,
+                    } => c.on_sample(self.now, latency_ns, inflight),
+                    Event::Outcome(o) => c.on_outcome(self.now, o),
+                }
+            }
+            limits.push(c.update(self.now));
+        }
+        limits
+    }
+}
