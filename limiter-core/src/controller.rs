@@ -46,10 +46,7 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             windows: Windows::new(cfg.pipeline, now_ns),
             filter: LatencyFilter::new(cfg.pipeline.latency_smoothing),
             baseline: Baseline::default(),
-            guard: GrowthGuard::new(
-                cfg.pipeline.app_limited_multiple,
-                f64::from(limits.initial),
-            ),
+            guard: GrowthGuard::new(cfg.pipeline.app_limited_multiple, f64::from(limits.initial)),
         }
     }
 

@@ -23,7 +23,11 @@ pub fn exact_quantile(values: &mut [f64], p: f64) -> Option<f64> {
     if frac == 0.0 {
         return Some(below);
     }
-    let next = above.iter().copied().min_by(f64::total_cmp).unwrap_or(below);
+    let next = above
+        .iter()
+        .copied()
+        .min_by(f64::total_cmp)
+        .unwrap_or(below);
     Some(below + frac * (next - below))
 }
 
@@ -174,7 +178,10 @@ mod tests {
         assert_eq!(ring.len(), RING);
         assert_eq!(ring.quantile_of_last(1, 0.9), Some(199.0));
         assert_eq!(ring.quantile_of_last(11, 0.0), Some(189.0));
-        assert_eq!(ring.quantile_of_last(1_000, 0.0), Some(f64::from(200 - RING as i32)));
+        assert_eq!(
+            ring.quantile_of_last(1_000, 0.0),
+            Some(f64::from(200 - RING as i32))
+        );
     }
 
     #[test]

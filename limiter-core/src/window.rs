@@ -123,7 +123,11 @@ impl Windows {
             return true;
         }
         // Without a sample the fastest latency is unknown; errors alone may close the window.
-        let fastest = if self.samples == 0 { 0 } else { self.min_latency_ns };
+        let fastest = if self.samples == 0 {
+            0
+        } else {
+            self.min_latency_ns
+        };
         let long_enough = p.min_window_ns.max(fastest.saturating_mul(2));
         elapsed_ns >= long_enough && self.events() >= p.min_samples
     }

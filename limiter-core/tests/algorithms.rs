@@ -33,7 +33,10 @@ fn steady_healthy_latency_grows_to_the_ceiling() {
         let mut c = build(algorithm);
         let limits = Stream::new(1).run(&mut c, 900, 500.0, healthy);
         assert_eq!(*limits.last().unwrap(), 200, "{algorithm}");
-        assert!(limits.windows(2).all(|w| w[1] >= w[0]), "{algorithm} never shrinks");
+        assert!(
+            limits.windows(2).all(|w| w[1] >= w[0]),
+            "{algorithm} never shrinks"
+        );
     }
 }
 
@@ -53,7 +56,10 @@ fn rising_latency_shrinks() {
             }
         });
         let after = *limits.last().unwrap();
-        assert!(f64::from(after) < f64::from(before) * 0.5, "{algorithm}: {before} -> {after}");
+        assert!(
+            f64::from(after) < f64::from(before) * 0.5,
+            "{algorithm}: {before} -> {after}"
+        );
     }
 }
 
@@ -74,7 +80,10 @@ fn errors_shrink_and_recovery_climbs_back() {
         let before = c.limit();
         s.run(&mut c, 30, 500.0, failing);
         let during = c.limit();
-        assert!(f64::from(during) < f64::from(before) * 0.8, "{algorithm}: {before} -> {during}");
+        assert!(
+            f64::from(during) < f64::from(before) * 0.8,
+            "{algorithm}: {before} -> {during}"
+        );
         s.run(&mut c, 300, 500.0, healthy);
         assert!(c.limit() > during, "{algorithm}: {during} -> {}", c.limit());
     }
@@ -95,7 +104,10 @@ fn every_limit_stays_within_the_bounds() {
         let mut s = Stream::new(4);
         let mut limits = s.run(&mut c, 300, 500.0, healthy);
         limits.extend(s.run(&mut c, 300, 500.0, |_, _| Event::Outcome(Outcome::Timeout)));
-        assert!(limits.contains(&30) && limits.contains(&5), "{algorithm} reaches both bounds");
+        assert!(
+            limits.contains(&30) && limits.contains(&5),
+            "{algorithm} reaches both bounds"
+        );
         assert!(limits.iter().all(|l| (5..=30).contains(l)), "{algorithm}");
     }
 }
@@ -133,7 +145,11 @@ fn fixed_holds_its_cap_even_below_the_adaptive_minimum() {
     limits.extend(s.run(&mut c, 120, 500.0, |_, _| Event::Outcome(Outcome::Error)));
     assert!(limits.iter().all(|&l| l == 2));
     let default_cap = build(Algorithm::Fixed);
-    assert_eq!(default_cap.limit(), 20, "limits.initial without fixed_limit");
+    assert_eq!(
+        default_cap.limit(),
+        20,
+        "limits.initial without fixed_limit"
+    );
 }
 
 #[test]

@@ -55,7 +55,11 @@ fn gradient2_does_not_creep_up_while_overloaded() {
     });
     // Past the filter's lag (a minute of 100 ms updates), never above where it started.
     let settled = &limits[600..];
-    assert!(settled.iter().all(|&l| l <= before), "{before} -> {:?}", settled.iter().max());
+    assert!(
+        settled.iter().all(|&l| l <= before),
+        "{before} -> {:?}",
+        settled.iter().max()
+    );
     assert_eq!(*limits.last().unwrap(), 4);
 }
 
@@ -70,7 +74,11 @@ fn identical_latencies_do_not_grow_the_limit() {
             latency_ns: 5 * SEC,
             inflight: limit,
         });
-        assert!(limits.iter().all(|&l| l <= 20), "{algorithm}: {:?}", limits.iter().max());
+        assert!(
+            limits.iter().all(|&l| l <= 20),
+            "{algorithm}: {:?}",
+            limits.iter().max()
+        );
     }
 }
 
@@ -86,7 +94,9 @@ fn thin_windows_still_move_the_limit() {
         inflight: 1,
     });
     assert_eq!(c.limit(), 20);
-    s.run(&mut c, 1_800, per_sec, |_, _| Event::Outcome(Outcome::Timeout));
+    s.run(&mut c, 1_800, per_sec, |_, _| {
+        Event::Outcome(Outcome::Timeout)
+    });
     assert!(c.limit() < 10, "{}", c.limit());
 }
 
@@ -94,14 +104,23 @@ fn thin_windows_still_move_the_limit() {
 /// below it: the limit drifts to max, untested, and the first burst meets no protection.
 #[test]
 fn app_limited_traffic_does_not_grow_the_limit_without_bound() {
-    for algorithm in [Algorithm::Vegas, Algorithm::Gradient2, Algorithm::Aimd, Algorithm::Gateway] {
+    for algorithm in [
+        Algorithm::Vegas,
+        Algorithm::Gradient2,
+        Algorithm::Aimd,
+        Algorithm::Gateway,
+    ] {
         let mut c = controller(algorithm);
         let mut s = Stream::new(5);
         let limits = s.run(&mut c, 3_600, 200.0, |_, s| Event::Sample {
             latency_ns: (100.0 * MS as f64 * s.jitter()) as u64,
             inflight: 3,
         });
-        assert!(limits.iter().all(|&l| l <= 20), "{algorithm}: {:?}", limits.iter().max());
+        assert!(
+            limits.iter().all(|&l| l <= 20),
+            "{algorithm}: {:?}",
+            limits.iter().max()
+        );
     }
 }
 

@@ -28,7 +28,11 @@ fn warmed_up() -> (DestinationController, Stream) {
 fn two_healthy_hours_stay_within_10_percent_of_the_start() {
     let (mut c, mut s) = warmed_up();
     let limits = s.run(&mut c, 7_200, PER_SEC, |_, s| sample(350.0, s));
-    assert!(limits.iter().all(|l| (18..=22).contains(l)), "{:?}", limits.iter().min());
+    assert!(
+        limits.iter().all(|l| (18..=22).contains(l)),
+        "{:?}",
+        limits.iter().min()
+    );
 }
 
 #[test]

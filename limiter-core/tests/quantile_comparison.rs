@@ -120,13 +120,22 @@ enum Shape {
     Bursty,
 }
 
-const SHAPES: [Shape; 4] = [Shape::Skewed, Shape::HeavyTailed, Shape::Bimodal, Shape::Bursty];
+const SHAPES: [Shape; 4] = [
+    Shape::Skewed,
+    Shape::HeavyTailed,
+    Shape::Bimodal,
+    Shape::Bursty,
+];
 
 fn window(shape: Shape, n: usize, rng: &mut Pcg64) -> Vec<f64> {
     let ln = |median: f64, sigma: f64| LogNormal::new(f64::ln(median), sigma).unwrap();
     match shape {
         Shape::Skewed => ln(100e6, 0.5).sample_iter(rng).take(n).collect(),
-        Shape::HeavyTailed => Pareto::new(50e6, 1.5).unwrap().sample_iter(rng).take(n).collect(),
+        Shape::HeavyTailed => Pareto::new(50e6, 1.5)
+            .unwrap()
+            .sample_iter(rng)
+            .take(n)
+            .collect(),
         Shape::Bimodal => (0..n)
             .map(|_| {
                 if rng.random_bool(0.85) {
@@ -217,7 +226,11 @@ fn exact_then_histogram_beats_p_square_on_every_shape() {
                 c.histogram.mean() * 100.0,
                 c.histogram.max * 100.0,
             );
-            assert!(c.chosen.mean() < 0.015, "{shape:?} n={n}: {}", c.chosen.mean());
+            assert!(
+                c.chosen.mean() < 0.015,
+                "{shape:?} n={n}: {}",
+                c.chosen.mean()
+            );
             assert!(c.chosen.mean() <= c.p2.mean(), "{shape:?} n={n}");
         }
     }

@@ -15,17 +15,27 @@ fn vegas(upstream: Upstream) -> Sim<DestinationController> {
 }
 
 fn within(limits: &[u32], lo: f64, hi: f64) -> bool {
-    limits.iter().all(|&l| f64::from(l) >= lo && f64::from(l) <= hi)
+    limits
+        .iter()
+        .all(|&l| f64::from(l) >= lo && f64::from(l) <= hi)
 }
 
 #[test]
 fn converges_to_capacity_and_holds_within_20_percent() {
     for capacity in [50, 100] {
-        let mut s = vegas(Upstream::new(capacity, 100.0 * MS as f64, Load::Closed(400)));
+        let mut s = vegas(Upstream::new(
+            capacity,
+            100.0 * MS as f64,
+            Load::Closed(400),
+        ));
         let limits = s.run(600 * SEC);
         let c = capacity as f64;
         let tail = &limits[limits.len() / 2..];
-        assert!(within(tail, c * 0.8, c * 1.2), "C={capacity}: {:?}", min_max(tail));
+        assert!(
+            within(tail, c * 0.8, c * 1.2),
+            "C={capacity}: {:?}",
+            min_max(tail)
+        );
     }
 }
 
@@ -60,11 +70,19 @@ fn error_burst_falls_then_recovers_within_a_minute() {
     let steady = f64::from(*before.last().unwrap());
     s.upstream.error_rate = 0.2;
     let burst = s.run(150 * SEC);
-    assert!(f64::from(*burst.last().unwrap()) < steady * 0.7, "{:?}", min_max(&burst));
+    assert!(
+        f64::from(*burst.last().unwrap()) < steady * 0.7,
+        "{:?}",
+        min_max(&burst)
+    );
     s.upstream.error_rate = 0.0;
     s.run(210 * SEC);
     let recovered = s.run(240 * SEC);
-    assert!(within(&recovered, steady * 0.8, steady * 1.2), "{:?}", min_max(&recovered));
+    assert!(
+        within(&recovered, steady * 0.8, steady * 1.2),
+        "{:?}",
+        min_max(&recovered)
+    );
 }
 
 #[test]

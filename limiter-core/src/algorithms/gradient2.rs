@@ -34,8 +34,8 @@ impl LimitAlgorithm for Gradient2 {
         let Some(latency) = verdict.latency else {
             return with_errors(limit, limit, verdict.error_pressure);
         };
-        let gradient =
-            (self.tolerance * latency.baseline / latency.smoothed.max(1.0)).clamp(MIN_GRADIENT, 1.0);
+        let gradient = (self.tolerance * latency.baseline / latency.smoothed.max(1.0))
+            .clamp(MIN_GRADIENT, 1.0);
         let headroom = if gradient >= 1.0 { limit.sqrt() } else { 0.0 };
         let target = gradient * limit + headroom;
         let proposed = limit + self.smoothing * (target - limit);

@@ -84,10 +84,9 @@ impl AnyAlgorithm {
     pub fn from_config(cfg: &ControlConfig) -> Self {
         match cfg.algorithm {
             Algorithm::Vegas => AnyAlgorithm::Vegas(Vegas),
-            Algorithm::Gradient2 => AnyAlgorithm::Gradient2(Gradient2::new(
-                cfg.tolerance,
-                cfg.limit_smoothing,
-            )),
+            Algorithm::Gradient2 => {
+                AnyAlgorithm::Gradient2(Gradient2::new(cfg.tolerance, cfg.limit_smoothing))
+            }
             Algorithm::Aimd => AnyAlgorithm::Aimd(Aimd),
             Algorithm::Gateway => AnyAlgorithm::Gateway(Gateway::new(cfg.limit_smoothing)),
             Algorithm::Fixed => AnyAlgorithm::Fixed(Fixed),

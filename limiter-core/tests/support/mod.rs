@@ -150,7 +150,8 @@ impl<C: Controller> Sim<C> {
                 if done.error {
                     self.controller.on_outcome(t, Outcome::Error);
                 } else {
-                    self.controller.on_sample(t, t - done.started, done.inflight);
+                    self.controller
+                        .on_sample(t, t - done.started, done.inflight);
                 }
                 while self.busy.len() < self.upstream.capacity {
                     let Some((arrived, inflight)) = self.queue.pop_front() else {
