@@ -132,15 +132,18 @@ impl Windows {
         elapsed_ns >= long_enough && self.events() >= p.min_samples
     }
 
+    /// A window without a sample of its own has no news: it reports no latency rather than
+    /// repeating the last one.
     fn p90(&self) -> Option<f64> {
+        if self.samples == 0 {
+            return None;
+        }
         let p = self.pipeline.quantile;
         let span = (self.samples as usize).max(self.pipeline.min_samples as usize);
         if span <= RING {
             self.recent.quantile_of_last(span, p)
-        } else if self.samples > 0 {
-            self.histogram.quantile(p)
         } else {
-            None
+            self.histogram.quantile(p)
         }
     }
 
@@ -231,6 +234,19 @@ mod tests {
         // The last 50 latencies: 40 ms..=4 ms reaching back, plus four at 100 ms.
         let p90 = thin.p90_ns.unwrap();
         assert!(p90 > 39.0 * MS as f64 && p90 < 100.0 * MS as f64, "{p90}");
+    }
+
+    #[test]
+    fn a_window_without_samples_has_no_latency() {
+        let mut w = windows();
+        for _ in 0..60 {
+            w.record_sample(10 * MS, 1);
+        }
+        w.close_if_due(2 * SEC).expect("due");
+        w.record_outcome(Outcome::Error);
+        let quiet = w.close_if_due(32 * SEC).expect("closed at the cap");
+        assert_eq!(quiet.p90_ns, None);
+        assert_eq!(quiet.error_pressure(), 1.0);
     }
 
     #[test]
