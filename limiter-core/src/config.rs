@@ -119,8 +119,6 @@ pub struct Pipeline {
     pub quantile: f64,
     /// Weight of the newest value in the exponential smoothing after the median filter.
     pub latency_smoothing: f64,
-    /// Windows of evidence kept to decide whether the baseline may move up.
-    pub correlation_windows: usize,
     /// The limit may grow to no more than this multiple of recent peak in-flight.
     pub app_limited_multiple: f64,
 }
@@ -133,7 +131,6 @@ impl Default for Pipeline {
             min_samples: 50,
             quantile: 0.9,
             latency_smoothing: 1.0 / 3.0,
-            correlation_windows: 50,
             app_limited_multiple: 2.0,
         }
     }
@@ -189,6 +186,7 @@ impl Default for ControlConfig {
             algorithm: Algorithm::default(),
             limits: Limits::default(),
             fixed_limit: None,
+            // Netflix Gradient2Limit's smoothing and rttTolerance.
             limit_smoothing: 0.2,
             tolerance: 1.5,
             pipeline: Pipeline::default(),

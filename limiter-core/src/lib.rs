@@ -3,6 +3,10 @@
 //! A [`Controller`] owns one destination: it is fed the latency samples and outcomes the
 //! kernel reports and answers with the concurrency limit to enforce. Time is passed in
 //! explicitly (nanoseconds on a monotonic clock), so every controller is deterministic.
+//!
+//! Per destination: window -> p90 -> median of five windows -> smoothing
+//! -> a baseline that heals on evidence -> one [`LimitAlgorithm`] -> growth guards -> bounds.
+//! The rules, their defaults and provenance, and the measured costs are in `docs/control.md`.
 
 pub mod algorithms;
 mod baseline;
