@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use tokio::{
     io::unix::AsyncFd,
-    signal::unix::{signal, SignalKind},
+    signal::unix::{signal, Signal, SignalKind},
     time::{interval, MissedTickBehavior},
 };
 use tracing::info;
@@ -28,26 +28,42 @@ pub fn run(cgroup: Cgroup, pin_dir: Option<PinDir>, settings: Settings) -> Resul
     pins::ensure_bpffs()?;
     let pins = pin_dir.unwrap_or_else(|| PinDir::for_cgroup(&cgroup));
     let _lock = AgentLock::acquire(&cgroup.escaped_name())?;
-    let enforcement = Enforcement::attach(&cgroup, pins, &settings, &kernel)?;
-    info!(
-        cgroup = %cgroup.path().display(),
-        pins = %enforcement.pins().path().display(),
-        mode = settings.default_mode.name(),
-        initial_limit = settings.initial_limit,
-        "limiter attached"
-    );
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let result = runtime.block_on(serve(enforcement, settings.heartbeat_timeout));
+    runtime.block_on(async {
+        // Handlers first: a SIGTERM that arrives while attaching must still detach.
+        let signals = Signals::install()?;
+        let enforcement = Enforcement::attach(&cgroup, pins, &settings, &kernel)?;
+        info!(
+            cgroup = %cgroup.path().display(),
+            pins = %enforcement.pins().path().display(),
+            mode = settings.default_mode.name(),
+            initial_limit = settings.initial_limit,
+            "limiter attached"
+        );
+        serve(enforcement, signals, settings.heartbeat_timeout).await
+    })?;
     info!("limiter detached");
-    result
+    Ok(())
 }
 
-async fn serve(enforcement: Enforcement, heartbeat_timeout: Duration) -> Result<()> {
-    let mut sigterm = signal(SignalKind::terminate())?;
-    let mut sigint = signal(SignalKind::interrupt())?;
+struct Signals {
+    term: Signal,
+    int: Signal,
+}
+
+impl Signals {
+    fn install() -> Result<Self> {
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
+    }
+}
+
+async fn serve(enforcement: Enforcement, mut signals: Signals, heartbeat_timeout: Duration) -> Result<()> {
     // A few beats per timeout, so one late tick never trips the kernel's fail-open.
     let mut heartbeat = interval((heartbeat_timeout / 4).min(Duration::from_secs(1)));
     heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -70,8 +86,8 @@ async fn serve(enforcement: Enforcement, heartbeat_timeout: Duration) -> Result<
                 log.drain(&mut enforcement.get_mut().events);
                 log.summarise(Instant::now());
             }
-            _ = sigterm.recv() => break,
-            _ = sigint.recv() => break,
+            _ = signals.term.recv() => break,
+            _ = signals.int.recv() => break,
         }
     }
     // Dropping the enforcement detaches the programs and removes the pins.

@@ -20,6 +20,10 @@ pub struct Kernel {
 pub fn check_kernel() -> Result<Kernel> {
     let version = KernelVersion::current()
         .map_err(|e| anyhow::anyhow!("cannot read the kernel version: {e}"))?;
+    kernel_features(version)
+}
+
+fn kernel_features(version: KernelVersion) -> Result<Kernel> {
     let (major, minor) = MIN_KERNEL;
     if version < KernelVersion::new(major, minor, 0) {
         bail!("kernel {version:?} is too old: limiter needs Linux {major}.{minor} or newer");
@@ -42,4 +46,21 @@ pub fn check_privileges() -> Result<()> {
         return Ok(());
     }
     bail!("not enough privileges: run as root (sudo), or grant CAP_BPF, CAP_NET_ADMIN, CAP_SYS_ADMIN and CAP_SYS_PTRACE")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn old_kernels_are_refused_with_the_minimum() {
+        let err = kernel_features(KernelVersion::new(5, 4, 0)).err().unwrap().to_string();
+        assert!(err.contains("too old") && err.contains("5.10"), "{err}");
+    }
+
+    #[test]
+    fn set_retval_is_used_from_5_18() {
+        assert!(!kernel_features(KernelVersion::new(5, 15, 0)).unwrap().has_set_retval);
+        assert!(kernel_features(KernelVersion::new(5, 18, 0)).unwrap().has_set_retval);
+    }
 }

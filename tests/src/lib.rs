@@ -90,7 +90,10 @@ impl TestCgroup {
             std::process::id(),
             SEQ.fetch_add(1, Ordering::Relaxed)
         );
-        let path = cgroup2_mount().join(name);
+        Self::create(cgroup2_mount().join(name))
+    }
+
+    fn create(path: PathBuf) -> Self {
         std::fs::create_dir(&path).unwrap_or_else(|e| panic!("cannot create {}: {e}", path.display()));
         TestCgroup { path }
     }
