@@ -26,5 +26,9 @@ fn main() {
         .unwrap_or_else(|e| {
             panic!("cannot run `{clang}` ({e}): install clang and libbpf-dev (apt-get install clang libbpf-dev)")
         });
-    assert!(status.success(), "clang failed to compile {}", source.display());
+    assert!(
+        status.success(),
+        "clang failed to compile {}",
+        source.display()
+    );
 }

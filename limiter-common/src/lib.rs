@@ -155,7 +155,11 @@ pub struct LimiterEvent {
 impl LimiterEvent {
     /// The process name, up to its NUL terminator.
     pub fn comm(&self) -> &str {
-        let end = self.comm.iter().position(|&b| b == 0).unwrap_or(self.comm.len());
+        let end = self
+            .comm
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(self.comm.len());
         core::str::from_utf8(&self.comm[..end]).unwrap_or("?")
     }
 }

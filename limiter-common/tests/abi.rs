@@ -24,7 +24,11 @@ macro_rules! layout {
 fn layouts() -> Vec<Layout> {
     vec![
         layout!(DestKey, "dest_key", [addr, port, _pad]),
-        layout!(DestPolicy, "dest_policy", [limit, mode, baseline_ns, p90_ns]),
+        layout!(
+            DestPolicy,
+            "dest_policy",
+            [limit, mode, baseline_ns, p90_ns]
+        ),
         layout!(
             DestState,
             "dest_state",
@@ -121,7 +125,10 @@ fn rust_mirror_matches_the_c_header() {
         .arg(&binary)
         .status()
         .unwrap_or_else(|e| panic!("cannot run the C compiler `{cc}`: {e}"));
-    assert!(status.success(), "the ABI header or a Rust field name does not compile in C");
+    assert!(
+        status.success(),
+        "the ABI header or a Rust field name does not compile in C"
+    );
     let output = Command::new(&binary).output().unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
     assert_eq!(String::from_utf8(output.stdout).unwrap(), expected);

@@ -63,7 +63,11 @@ impl Signals {
     }
 }
 
-async fn serve(enforcement: Enforcement, mut signals: Signals, heartbeat_timeout: Duration) -> Result<()> {
+async fn serve(
+    enforcement: Enforcement,
+    mut signals: Signals,
+    heartbeat_timeout: Duration,
+) -> Result<()> {
     // A few beats per timeout, so one late tick never trips the kernel's fail-open.
     let mut heartbeat = interval((heartbeat_timeout / 4).min(Duration::from_secs(1)));
     heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);

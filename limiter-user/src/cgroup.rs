@@ -24,7 +24,10 @@ impl Cgroup {
             )
         })?;
         if !path.is_dir() {
-            bail!("{} is not a directory: pass a cgroup v2 directory", path.display());
+            bail!(
+                "{} is not a directory: pass a cgroup v2 directory",
+                path.display()
+            );
         }
         let fs = statfs(&path).with_context(|| format!("cannot statfs {}", path.display()))?;
         if fs.filesystem_type() != CGROUP2_SUPER_MAGIC {
@@ -35,7 +38,9 @@ impl Cgroup {
         }
         let mount = mount_point()
             .filter(|m| path.starts_with(m))
-            .with_context(|| format!("cannot find the cgroup v2 mount holding {}", path.display()))?;
+            .with_context(|| {
+                format!("cannot find the cgroup v2 mount holding {}", path.display())
+            })?;
         Ok(Cgroup { path, mount })
     }
 
@@ -44,7 +49,8 @@ impl Cgroup {
     }
 
     pub fn open(&self) -> Result<File> {
-        File::open(&self.path).with_context(|| format!("cannot open cgroup {}", self.path.display()))
+        File::open(&self.path)
+            .with_context(|| format!("cannot open cgroup {}", self.path.display()))
     }
 
     /// The path below the cgroup v2 mount, escaped as systemd escapes paths in unit names
@@ -114,7 +120,10 @@ mod tests {
     #[test]
     fn escaping_follows_systemd() {
         assert_eq!(escape_path("/app"), "app");
-        assert_eq!(escape_path("system.slice/my-svc.service"), "system.slice-my\\x2dsvc.service");
+        assert_eq!(
+            escape_path("system.slice/my-svc.service"),
+            "system.slice-my\\x2dsvc.service"
+        );
         assert_eq!(escape_path("/"), "-");
     }
 

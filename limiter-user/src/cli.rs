@@ -8,7 +8,11 @@ use limiter_core::config::Algorithm;
 use crate::config::Mode;
 
 #[derive(Debug, Parser)]
-#[command(name = "limiter-user", version, about = "Adaptive outbound concurrency limits for a cgroup, enforced with eBPF")]
+#[command(
+    name = "limiter-user",
+    version,
+    about = "Adaptive outbound concurrency limits for a cgroup, enforced with eBPF"
+)]
 #[command(args_conflicts_with_subcommands = true)]
 pub struct Cli {
     #[command(subcommand)]

@@ -181,7 +181,10 @@ impl Config {
         }
         for d in &self.destinations {
             if d.host.is_none() == d.addresses.is_empty() {
-                bail!("destination `{}` needs exactly one of `host` or `addresses`", d.name);
+                bail!(
+                    "destination `{}` needs exactly one of `host` or `addresses`",
+                    d.name
+                );
             }
             if d.limit == Some(0) {
                 bail!("destination `{}`: limit must be at least 1", d.name);
@@ -315,7 +318,10 @@ addresses = ["127.0.0.53:53"]
     fn unknown_keys_and_values_are_refused() {
         let f = write("mode = \"loud\"\n");
         let err = format!("{:#}", Config::load(f.path()).unwrap_err());
-        assert!(err.contains(":1") && err.contains("unknown variant"), "{err}");
+        assert!(
+            err.contains(":1") && err.contains("unknown variant"),
+            "{err}"
+        );
         let f = write("moed = \"prod\"\n");
         assert!(format!("{:#}", Config::load(f.path()).unwrap_err()).contains("unknown field"));
     }
@@ -331,7 +337,10 @@ addresses = ["127.0.0.53:53"]
     fn a_destination_needs_host_or_addresses() {
         let f = write("[[destination]]\nname = \"x\"\n");
         let err = format!("{:#}", Config::load(f.path()).unwrap_err());
-        assert!(err.contains("exactly one of `host` or `addresses`"), "{err}");
+        assert!(
+            err.contains("exactly one of `host` or `addresses`"),
+            "{err}"
+        );
     }
 
     #[test]

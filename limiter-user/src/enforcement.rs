@@ -41,21 +41,27 @@ pub struct Enforcement {
 
 impl Enforcement {
     /// Attaches to `cgroup`, or leaves nothing behind.
-    pub fn attach(cgroup: &Cgroup, pins: PinDir, settings: &Settings, kernel: &Kernel) -> Result<Self> {
+    pub fn attach(
+        cgroup: &Cgroup,
+        pins: PinDir,
+        settings: &Settings,
+        kernel: &Kernel,
+    ) -> Result<Self> {
         // The caller holds the agent lock, so pins here are left over from a dead agent;
         // they may even be of another map layout, which aya would silently reuse.
         pins.remove()?;
         pins.create()?;
-        load_and_attach(cgroup, &pins, settings, kernel).inspect_err(|_| {
-            let _ = pins.remove();
-        })
-        .map(|(ebpf, tables, events)| Enforcement {
-            ebpf: Some(ebpf),
-            tables,
-            events,
-            pins,
-            heartbeat_timeout_ns: settings.heartbeat_timeout.as_nanos() as u64,
-        })
+        load_and_attach(cgroup, &pins, settings, kernel)
+            .inspect_err(|_| {
+                let _ = pins.remove();
+            })
+            .map(|(ebpf, tables, events)| Enforcement {
+                ebpf: Some(ebpf),
+                tables,
+                events,
+                pins,
+                heartbeat_timeout_ns: settings.heartbeat_timeout.as_nanos() as u64,
+            })
     }
 
     /// Tells the kernel the agent is alive; without it, the programs fail open.
@@ -116,20 +122,29 @@ fn load_and_attach(
     // Release paths first: from here on, every slot taken (seeded or admitted) comes back.
     let release: &mut CgroupSock = program(&mut ebpf, "limiter_sock_release")?;
     release.load()?;
-    release.attach(&cgroup_fd, CgroupAttachMode::Single).context(attach_hint("sock_release"))?;
+    release
+        .attach(&cgroup_fd, CgroupAttachMode::Single)
+        .context(attach_hint("sock_release"))?;
     let sockops: &mut SockOps = program(&mut ebpf, "limiter_sockops")?;
     sockops.load()?;
-    sockops.attach(&cgroup_fd, CgroupAttachMode::Single).context(attach_hint("sockops"))?;
+    sockops
+        .attach(&cgroup_fd, CgroupAttachMode::Single)
+        .context(attach_hint("sockops"))?;
 
     let mut sockets: SkStorage<&mut MapData, SockState> =
         SkStorage::try_from(ebpf.map_mut(maps::SOCKETS).context("no sockets map")?)?;
     let seeded = seed::seed(cgroup, &mut tables, &mut sockets, settings.default_mode)?;
-    info!(connections = seeded, "counted connections that existed before attach");
+    info!(
+        connections = seeded,
+        "counted connections that existed before attach"
+    );
 
     for name in ["limiter_connect4", "limiter_connect6"] {
         let connect: &mut CgroupSockAddr = program(&mut ebpf, name)?;
         connect.load()?;
-        connect.attach(&cgroup_fd, CgroupAttachMode::Single).context(attach_hint(name))?;
+        connect
+            .attach(&cgroup_fd, CgroupAttachMode::Single)
+            .context(attach_hint(name))?;
     }
     Ok((ebpf, tables, events))
 }
@@ -138,12 +153,16 @@ fn program<'a, P>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut P>
 where
     &'a mut P: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
 {
-    let prog = ebpf.program_mut(name).with_context(|| format!("no program {name}"))?;
+    let prog = ebpf
+        .program_mut(name)
+        .with_context(|| format!("no program {name}"))?;
     Ok(prog.try_into()?)
 }
 
 fn attach_hint(what: &str) -> String {
-    format!("cannot attach {what} to the cgroup (is another BPF program of that kind attached to it?)")
+    format!(
+        "cannot attach {what} to the cgroup (is another BPF program of that kind attached to it?)"
+    )
 }
 
 /// Readable when the kernel forced a ring-buffer wake-up.

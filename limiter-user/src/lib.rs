@@ -93,7 +93,9 @@ fn merged_config(args: &RunArgs) -> Result<Config> {
     limits.initial = args.initial_limit.unwrap_or(limits.initial);
     limits.min = args.min_limit.unwrap_or(limits.min);
     limits.max = args.max_limit.unwrap_or(limits.max);
-    config.heartbeat_timeout_secs = args.heartbeat_timeout.unwrap_or(config.heartbeat_timeout_secs);
+    config.heartbeat_timeout_secs = args
+        .heartbeat_timeout
+        .unwrap_or(config.heartbeat_timeout_secs);
     config.max_destinations = args.max_destinations.unwrap_or(config.max_destinations);
     if args.limit.is_some() && config.algorithm != limiter_core::config::Algorithm::Fixed {
         bail!("--limit sets the limit of the fixed algorithm: add --algorithm fixed");
@@ -113,10 +115,16 @@ fn pin_dir_of(cgroup: Option<&PathBuf>, pin_dir: Option<&PathBuf>) -> Result<Pin
     let all = PinDir::all();
     match all.as_slice() {
         [only] => Ok(only.clone()),
-        [] => bail!("no limiter is attached anywhere (nothing under {})", pins::ROOT),
+        [] => bail!(
+            "no limiter is attached anywhere (nothing under {})",
+            pins::ROOT
+        ),
         many => bail!(
             "several cgroups are limited, pick one with --pin-dir: {}",
-            many.iter().map(|d| d.path().display().to_string()).collect::<Vec<_>>().join(", ")
+            many.iter()
+                .map(|d| d.path().display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
     }
 }
@@ -124,7 +132,10 @@ fn pin_dir_of(cgroup: Option<&PathBuf>, pin_dir: Option<&PathBuf>) -> Result<Pin
 fn status(args: StatusArgs) -> Result<()> {
     let dir = pin_dir_of(args.cgroup.as_ref(), args.pin_dir.as_ref())?;
     if !dir.exists() {
-        bail!("no limiter is attached here: {} does not exist", dir.path().display());
+        bail!(
+            "no limiter is attached here: {} does not exist",
+            dir.path().display()
+        );
     }
     let tables = Tables::from_pins(&dir)?;
     let rows = status::rows(&tables)?;

@@ -22,8 +22,17 @@ pub fn ensure_bpffs() -> Result<()> {
     if is_bpffs(Path::new(BPFFS)) {
         return Ok(());
     }
-    mount(Some("bpf"), BPFFS, Some("bpf"), MsFlags::empty(), None::<&str>).with_context(|| {
-        format!("no bpffs at {BPFFS} and mounting one failed: run `mount -t bpf bpf {BPFFS}` as root")
+    mount(
+        Some("bpf"),
+        BPFFS,
+        Some("bpf"),
+        MsFlags::empty(),
+        None::<&str>,
+    )
+    .with_context(|| {
+        format!(
+            "no bpffs at {BPFFS} and mounting one failed: run `mount -t bpf bpf {BPFFS}` as root"
+        )
     })
 }
 

@@ -54,13 +54,24 @@ mod tests {
 
     #[test]
     fn old_kernels_are_refused_with_the_minimum() {
-        let err = kernel_features(KernelVersion::new(5, 4, 0)).err().unwrap().to_string();
+        let err = kernel_features(KernelVersion::new(5, 4, 0))
+            .err()
+            .unwrap()
+            .to_string();
         assert!(err.contains("too old") && err.contains("5.10"), "{err}");
     }
 
     #[test]
     fn set_retval_is_used_from_5_18() {
-        assert!(!kernel_features(KernelVersion::new(5, 15, 0)).unwrap().has_set_retval);
-        assert!(kernel_features(KernelVersion::new(5, 18, 0)).unwrap().has_set_retval);
+        assert!(
+            !kernel_features(KernelVersion::new(5, 15, 0))
+                .unwrap()
+                .has_set_retval
+        );
+        assert!(
+            kernel_features(KernelVersion::new(5, 18, 0))
+                .unwrap()
+                .has_set_retval
+        );
     }
 }

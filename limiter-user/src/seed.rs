@@ -127,7 +127,8 @@ fn outbound_destination(fd: &OwnedFd, listening: &HashSet<u16>) -> Option<Socket
     if state == TCP_LISTEN || state == TCP_CLOSE {
         return None;
     }
-    let local = to_socket_addr(getsockname::<SockaddrStorage>(std::os::fd::AsRawFd::as_raw_fd(fd)).ok()?)?;
+    let local =
+        to_socket_addr(getsockname::<SockaddrStorage>(std::os::fd::AsRawFd::as_raw_fd(fd)).ok()?)?;
     // A connection accepted on one of the process's listening ports is inbound.
     if listening.contains(&local.port()) {
         return None;
@@ -179,14 +180,19 @@ fn listening_ports(pid: i32) -> HashSet<u16> {
         };
         for line in text.lines().skip(1) {
             let mut fields = line.split_whitespace();
-            let (Some(local), Some(_remote), Some(state)) = (fields.nth(1), fields.next(), fields.next())
+            let (Some(local), Some(_remote), Some(state)) =
+                (fields.nth(1), fields.next(), fields.next())
             else {
                 continue;
             };
             if state != "0A" {
                 continue;
             }
-            if let Some(port) = local.rsplit(':').next().and_then(|p| u16::from_str_radix(p, 16).ok()) {
+            if let Some(port) = local
+                .rsplit(':')
+                .next()
+                .and_then(|p| u16::from_str_radix(p, 16).ok())
+            {
                 ports.insert(port);
             }
         }
@@ -195,7 +201,10 @@ fn listening_ports(pid: i32) -> HashSet<u16> {
 }
 
 fn socket_inode(link: &str) -> Option<u64> {
-    link.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()
+    link.strip_prefix("socket:[")?
+        .strip_suffix(']')?
+        .parse()
+        .ok()
 }
 
 fn pidfd_open(pid: i32) -> Option<OwnedFd> {
@@ -207,7 +216,12 @@ fn pidfd_open(pid: i32) -> Option<OwnedFd> {
 fn pidfd_getfd(pidfd: &OwnedFd, fd: i32) -> Option<OwnedFd> {
     // SAFETY: plain syscall; a non-negative result is a new descriptor we own.
     let dup = unsafe {
-        libc::syscall(libc::SYS_pidfd_getfd, std::os::fd::AsRawFd::as_raw_fd(pidfd), fd, 0)
+        libc::syscall(
+            libc::SYS_pidfd_getfd,
+            std::os::fd::AsRawFd::as_raw_fd(pidfd),
+            fd,
+            0,
+        )
     };
     (dup >= 0).then(|| unsafe { OwnedFd::from_raw_fd(dup as i32) })
 }

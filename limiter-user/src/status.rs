@@ -5,7 +5,10 @@ use std::io::Write;
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::{config::Mode, tables::{Globals, Tables}};
+use crate::{
+    config::Mode,
+    tables::{Globals, Tables},
+};
 
 /// One destination; the field names are the documented JSON interface.
 #[derive(Debug, Serialize, PartialEq)]
@@ -62,8 +65,18 @@ pub fn print_json(out: &mut impl Write, rows: &[Row]) -> Result<()> {
 
 pub fn print_table(out: &mut impl Write, rows: &[Row], globals: &Globals) -> Result<()> {
     const HEADERS: [&str; 12] = [
-        "ADDRESS", "PORT", "MODE", "LIMIT", "INFLIGHT", "ADMITTED", "SHED", "WOULD_SHED",
-        "REDIRECTED", "CONNECT_FAILED", "BASELINE_MS", "P90_MS",
+        "ADDRESS",
+        "PORT",
+        "MODE",
+        "LIMIT",
+        "INFLIGHT",
+        "ADMITTED",
+        "SHED",
+        "WOULD_SHED",
+        "REDIRECTED",
+        "CONNECT_FAILED",
+        "BASELINE_MS",
+        "P90_MS",
     ];
     let ms = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
     let cells: Vec<[String; 12]> = rows
@@ -96,7 +109,13 @@ pub fn print_table(out: &mut impl Write, rows: &[Row], globals: &Globals) -> Res
             .iter()
             .zip(widths)
             .enumerate()
-            .map(|(i, (c, w))| if i == 0 { format!("{c:<w$}") } else { format!("{c:>w$}") })
+            .map(|(i, (c, w))| {
+                if i == 0 {
+                    format!("{c:<w$}")
+                } else {
+                    format!("{c:>w$}")
+                }
+            })
             .collect();
         writeln!(out, "{}", text.join("  ").trim_end())
     };

@@ -31,7 +31,10 @@ impl Tables {
         let open = |name: &str| -> Result<Map> {
             let path = dir.map(name);
             let data = MapData::from_pin(&path).with_context(|| {
-                format!("cannot open pinned map {}: is an agent attached to this cgroup?", path.display())
+                format!(
+                    "cannot open pinned map {}: is an agent attached to this cgroup?",
+                    path.display()
+                )
             })?;
             Ok(Map::from_map_data(data)?)
         };

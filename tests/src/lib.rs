@@ -94,7 +94,8 @@ impl TestCgroup {
     }
 
     fn create(path: PathBuf) -> Self {
-        std::fs::create_dir(&path).unwrap_or_else(|e| panic!("cannot create {}: {e}", path.display()));
+        std::fs::create_dir(&path)
+            .unwrap_or_else(|e| panic!("cannot create {}: {e}", path.display()));
         TestCgroup { path }
     }
 
@@ -110,7 +111,8 @@ impl TestCgroup {
 
     /// A command whose process joins this cgroup before it execs.
     pub fn command(&self, program: &Path) -> Command {
-        let procs = CString::new(self.path.join("cgroup.procs").to_string_lossy().as_bytes()).unwrap();
+        let procs =
+            CString::new(self.path.join("cgroup.procs").to_string_lossy().as_bytes()).unwrap();
         let mut cmd = Command::new(program);
         // SAFETY: only async-signal-safe calls (open, write, close) between fork and exec.
         unsafe {
@@ -185,7 +187,8 @@ impl Upstream {
                     }
                     Behaviour::Close => {
                         if n % 2 == 1 {
-                            let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
+                            let _ =
+                                socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
                         }
                         drop(stream);
                     }
@@ -269,7 +272,10 @@ impl Agent {
         if rx.recv_timeout(HANG_GUARD).is_err() {
             let _ = child.kill();
             let status = child.wait().unwrap();
-            panic!("the agent did not attach ({status}): {:?}", log.lock().unwrap());
+            panic!(
+                "the agent did not attach ({status}): {:?}",
+                log.lock().unwrap()
+            );
         }
         Agent { child, log }
     }
@@ -307,26 +313,37 @@ impl Drop for Agent {
 
 /// Runs the agent binary with `args` (status, detach, a failing run...).
 pub fn agent_command(args: &[&str]) -> Output {
-    Command::new(agent_bin()).args(args).output().expect("cannot run the agent")
+    Command::new(agent_bin())
+        .args(args)
+        .output()
+        .expect("cannot run the agent")
 }
 
 /// `status --json` for the cgroup, as JSON rows.
 pub fn status(cgroup: &TestCgroup) -> Vec<serde_json::Value> {
-    let out = agent_command(&["status", "--cgroup", &cgroup.path().to_string_lossy(), "--json"]);
-    assert!(out.status.success(), "status failed: {}", String::from_utf8_lossy(&out.stderr));
+    let out = agent_command(&[
+        "status",
+        "--cgroup",
+        &cgroup.path().to_string_lossy(),
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "status failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).expect("status --json is not JSON")
 }
 
 /// The status row of one destination.
 pub fn row(cgroup: &TestCgroup, dest: SocketAddr) -> Option<serde_json::Value> {
-    status(cgroup).into_iter().find(|r| {
-        r["address"] == dest.ip().to_string() && r["port"] == dest.port()
-    })
+    status(cgroup)
+        .into_iter()
+        .find(|r| r["address"] == dest.ip().to_string() && r["port"] == dest.port())
 }
 
 pub fn field(cgroup: &TestCgroup, dest: SocketAddr, name: &str) -> i64 {
-    row(cgroup, dest)
-        .unwrap_or_else(|| panic!("{dest} is not in status"))[name]
+    row(cgroup, dest).unwrap_or_else(|| panic!("{dest} is not in status"))[name]
         .as_i64()
         .unwrap_or_else(|| panic!("{name} is not a number"))
 }
@@ -361,8 +378,16 @@ impl Probe {
         Self::hold_with(cgroup, "hold", to, count)
     }
 
-    pub fn hold_with(cgroup: &TestCgroup, how: &str, to: SocketAddr, count: usize) -> (Self, Vec<String>) {
-        let mut probe = Self::spawn(cgroup, &[how, "--to", &to.to_string(), "--count", &count.to_string()]);
+    pub fn hold_with(
+        cgroup: &TestCgroup,
+        how: &str,
+        to: SocketAddr,
+        count: usize,
+    ) -> (Self, Vec<String>) {
+        let mut probe = Self::spawn(
+            cgroup,
+            &[how, "--to", &to.to_string(), "--count", &count.to_string()],
+        );
         let lines = probe.lines_until("ready");
         (probe, lines)
     }
@@ -406,7 +431,6 @@ impl Probe {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-
 }
 
 impl Drop for Probe {

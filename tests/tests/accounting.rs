@@ -74,7 +74,9 @@ fn a_killed_process_gives_its_slots_back() {
     let (victim, lines) = Probe::hold(&cg, up.addr, 3);
     assert_eq!(tally(&lines), (3, 0, 0));
     victim.kill();
-    wait_until("the killed process's slots", || field(&cg, up.addr, "inflight") == 0);
+    wait_until("the killed process's slots", || {
+        field(&cg, up.addr, "inflight") == 0
+    });
     let (probe, lines) = Probe::hold(&cg, up.addr, 3);
     assert_eq!(tally(&lines), (3, 0, 0), "the freed slots are usable again");
     probe.release();
@@ -91,10 +93,16 @@ fn connections_open_before_attach_are_counted() {
     let agent = Agent::start(&cg, &["--algorithm", "fixed", "--limit", "5"]);
     assert_eq!(field(&cg, up.addr, "inflight"), 3);
     let (after, lines) = Probe::hold(&cg, up.addr, 3);
-    assert_eq!(tally(&lines), (2, 1, 0), "the pre-existing 3 count against the limit of 5");
+    assert_eq!(
+        tally(&lines),
+        (2, 1, 0),
+        "the pre-existing 3 count against the limit of 5"
+    );
 
     before.release();
-    wait_until("the pre-existing slots", || field(&cg, up.addr, "inflight") == 2);
+    wait_until("the pre-existing slots", || {
+        field(&cg, up.addr, "inflight") == 2
+    });
     after.release();
     wait_until("all slots", || field(&cg, up.addr, "inflight") == 0);
     drop(agent);
@@ -106,13 +114,27 @@ fn inbound_connections_are_not_counted_as_outbound() {
     let cg = TestCgroup::new("inbound");
     // The probe in the cgroup listens (its own netns upstream) and accepts: the accepted
     // sockets are inbound and must not be seeded; only its outbound connects count.
-    let mut probe = Probe::spawn(&cg, &["hold", "--to", "127.0.0.1:7001", "--count", "2", "--own-netns"]);
+    let mut probe = Probe::spawn(
+        &cg,
+        &[
+            "hold",
+            "--to",
+            "127.0.0.1:7001",
+            "--count",
+            "2",
+            "--own-netns",
+        ],
+    );
     let lines = probe.lines_until("ready");
     assert_eq!(tally(&lines[..2]), (2, 0, 0));
     let _agent = Agent::start(&cg, &["--algorithm", "fixed", "--limit", "5"]);
     let dest = "127.0.0.1:7001".parse().unwrap();
     assert_eq!(field(&cg, dest, "inflight"), 2);
-    assert_eq!(status(&cg).len(), 1, "accepted sockets are not destinations");
+    assert_eq!(
+        status(&cg).len(),
+        1,
+        "accepted sockets are not destinations"
+    );
     probe.release();
     wait_until("all slots", || field(&cg, dest, "inflight") == 0);
 }

@@ -14,9 +14,22 @@ fn at_the_limit_connects_fail_with_econnrefused_and_send_no_syn() {
     // The probe brings its own upstream in a private network namespace, where every SYN
     // it sends is counted.
     let to = "127.0.0.1:7000".parse().unwrap();
-    let mut probe = Probe::spawn(&cg, &["hold", "--to", "127.0.0.1:7000", "--count", "10", "--own-netns"]);
+    let mut probe = Probe::spawn(
+        &cg,
+        &[
+            "hold",
+            "--to",
+            "127.0.0.1:7000",
+            "--count",
+            "10",
+            "--own-netns",
+        ],
+    );
     let lines = probe.lines_until("ready");
-    let syns = lines.iter().find_map(|l| l.strip_prefix("syns ")).expect("no syn count");
+    let syns = lines
+        .iter()
+        .find_map(|l| l.strip_prefix("syns "))
+        .expect("no syn count");
     assert_eq!(tally(&lines[..10]), (5, 5, 0), "{lines:?}");
     assert_eq!(syns, "5", "refused connects must not send a SYN");
 
@@ -35,12 +48,17 @@ fn racing_connects_never_overshoot_the_limit() {
     let up = upstream();
     let _agent = Agent::start(&cg, &["--algorithm", "fixed", "--limit", "7"]);
     for _ in 0..5 {
-        let mut probe = Probe::spawn(&cg, &["race", "--to", &up.addr.to_string(), "--count", "32"]);
+        let mut probe = Probe::spawn(
+            &cg,
+            &["race", "--to", &up.addr.to_string(), "--count", "32"],
+        );
         let lines = probe.lines_until("ready");
         assert_eq!(tally(&lines), (7, 25, 0), "{lines:?}");
         assert_eq!(field(&cg, up.addr, "inflight"), 7);
         probe.release();
-        wait_until("the slots to come back", || field(&cg, up.addr, "inflight") == 0);
+        wait_until("the slots to come back", || {
+            field(&cg, up.addr, "inflight") == 0
+        });
     }
 }
 
@@ -49,7 +67,10 @@ fn shadow_never_refuses_but_counts_would_shed() {
     require_kernel!();
     let cg = TestCgroup::new("shadow");
     let up = upstream();
-    let _agent = Agent::start(&cg, &["--mode", "shadow", "--algorithm", "fixed", "--limit", "2"]);
+    let _agent = Agent::start(
+        &cg,
+        &["--mode", "shadow", "--algorithm", "fixed", "--limit", "2"],
+    );
     let (probe, lines) = Probe::hold(&cg, up.addr, 6);
     assert_eq!(tally(&lines), (6, 0, 0));
     let row = row(&cg, up.addr).unwrap();
@@ -65,7 +86,10 @@ fn off_records_nothing() {
     require_kernel!();
     let cg = TestCgroup::new("off");
     let up = upstream();
-    let _agent = Agent::start(&cg, &["--mode", "off", "--algorithm", "fixed", "--limit", "1"]);
+    let _agent = Agent::start(
+        &cg,
+        &["--mode", "off", "--algorithm", "fixed", "--limit", "1"],
+    );
     let (probe, lines) = Probe::hold(&cg, up.addr, 3);
     assert_eq!(tally(&lines), (3, 0, 0));
     assert!(status(&cg).is_empty(), "off must not create destinations");
@@ -106,15 +130,26 @@ addresses = ["{excluded}"]
     let _agent = Agent::start(&cg, &["--config", &config.0.to_string_lossy()]);
 
     let (p1, strict) = Probe::hold(&cg, prod.addr, 4);
-    assert_eq!(tally(&strict), (2, 2, 0), "per-destination prod beats global shadow");
+    assert_eq!(
+        tally(&strict),
+        (2, 2, 0),
+        "per-destination prod beats global shadow"
+    );
     let (p2, watched) = Probe::hold(&cg, shadowed.addr, 3);
     assert_eq!(tally(&watched), (3, 0, 0), "global shadow applies");
     assert_eq!(field(&cg, shadowed.addr, "would_shed"), 2);
     let (p3, free) = Probe::hold(&cg, excluded.addr, 3);
     assert_eq!(tally(&free), (3, 0, 0));
-    assert!(row(&cg, excluded.addr).is_none(), "excluded destinations are not recorded");
+    assert!(
+        row(&cg, excluded.addr).is_none(),
+        "excluded destinations are not recorded"
+    );
     let (p4, learned) = Probe::hold(&cg, plain.addr, 2);
-    assert_eq!(tally(&learned), (2, 0, 0), "learned destinations follow the global mode");
+    assert_eq!(
+        tally(&learned),
+        (2, 0, 0),
+        "learned destinations follow the global mode"
+    );
     assert_eq!(field(&cg, plain.addr, "would_shed"), 1);
     for p in [p1, p2, p3, p4] {
         p.release();
@@ -153,7 +188,9 @@ fn ipv6_and_v4_mapped_destinations_are_counted_as_such() {
     assert_eq!(tally(&mapped), (1, 1, 0));
     assert_eq!(field(&cg, v4_addr, "inflight"), 2);
     assert!(
-        status(&cg).iter().all(|r| !r["address"].as_str().unwrap().starts_with("::ffff:")),
+        status(&cg)
+            .iter()
+            .all(|r| !r["address"].as_str().unwrap().starts_with("::ffff:")),
         "v4-mapped addresses are shown as IPv4"
     );
     for p in [p1, p2, p3] {

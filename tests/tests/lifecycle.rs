@@ -25,13 +25,21 @@ fn a_killed_agent_leaves_nothing_clamped() {
     assert_eq!(no, refused());
     agent.kill();
     let (second, lines) = Probe::hold(&cg, up.addr, 3);
-    assert_eq!(tally(&lines), (3, 0, 0), "connects are admitted once the agent is gone");
+    assert_eq!(
+        tally(&lines),
+        (3, 0, 0),
+        "connects are admitted once the agent is gone"
+    );
 
     // The pins outlive a SIGKILL: detach removes them, and a new agent starts cleanly.
     let cg_arg = cg.path().to_string_lossy().into_owned();
     assert!(cg.pin_dir().exists());
     let out = agent_command(&["detach", "--cgroup", &cg_arg]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(!cg.pin_dir().exists());
     let out = agent_command(&["status", "--cgroup", &cg_arg]);
     assert!(!out.status.success());
@@ -46,7 +54,17 @@ fn a_stuck_agent_fails_open_after_the_heartbeat_timeout() {
     require_kernel!();
     let cg = TestCgroup::new("failopen");
     let up = Upstream::start("127.0.0.1:0", Behaviour::Hold);
-    let agent = Agent::start(&cg, &["--algorithm", "fixed", "--limit", "1", "--heartbeat-timeout", "1"]);
+    let agent = Agent::start(
+        &cg,
+        &[
+            "--algorithm",
+            "fixed",
+            "--limit",
+            "1",
+            "--heartbeat-timeout",
+            "1",
+        ],
+    );
     let (first, ok) = hold_one(&cg, &up);
     assert_eq!(ok, "ok");
 
@@ -89,16 +107,37 @@ fn status_json_and_the_bpftool_dump_agree_and_pins_are_root_only() {
     assert_eq!(tally(&lines), (2, 1, 0));
 
     let row = row(&cg, up.addr).unwrap();
-    let keys: Vec<&str> = row.as_object().unwrap().keys().map(String::as_str).collect();
+    let keys: Vec<&str> = row
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
     assert_eq!(
         keys,
         [
-            "address", "port", "mode", "limit", "inflight", "admitted", "shed", "would_shed",
-            "redirected", "connect_failed", "baseline_ms", "p90_ms"
+            "address",
+            "port",
+            "mode",
+            "limit",
+            "inflight",
+            "admitted",
+            "shed",
+            "would_shed",
+            "redirected",
+            "connect_failed",
+            "baseline_ms",
+            "p90_ms"
         ]
     );
-    assert_eq!((row["limit"].as_i64(), row["inflight"].as_i64()), (Some(2), Some(2)));
-    assert_eq!((row["admitted"].as_i64(), row["shed"].as_i64()), (Some(2), Some(1)));
+    assert_eq!(
+        (row["limit"].as_i64(), row["inflight"].as_i64()),
+        (Some(2), Some(2))
+    );
+    assert_eq!(
+        (row["admitted"].as_i64(), row["shed"].as_i64()),
+        (Some(2), Some(1))
+    );
 
     let dests = cg.pin_dir().join("dests");
     let dump = Command::new("bpftool")
@@ -106,7 +145,11 @@ fn status_json_and_the_bpftool_dump_agree_and_pins_are_root_only() {
         .arg(&dests)
         .output()
         .expect("bpftool is not installed (apt-get install bpftool)");
-    assert!(dump.status.success(), "{}", String::from_utf8_lossy(&dump.stderr));
+    assert!(
+        dump.status.success(),
+        "{}",
+        String::from_utf8_lossy(&dump.stderr)
+    );
     let entries: Vec<serde_json::Value> = serde_json::from_slice(&dump.stdout).unwrap();
     // With BTF, bpftool adds the entry with named fields under "formatted".
     let entry = entries
@@ -130,9 +173,15 @@ fn assert_refused(cmd: &mut Command, expected: &str) {
     let out = cmd.output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "must fail: {stderr}");
-    let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("limiter-user: ")).collect();
+    let errors: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("limiter-user: "))
+        .collect();
     assert_eq!(errors.len(), 1, "one error line: {stderr}");
-    assert!(errors[0].contains(expected), "expected `{expected}` in: {stderr}");
+    assert!(
+        errors[0].contains(expected),
+        "expected `{expected}` in: {stderr}"
+    );
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
 
@@ -144,11 +193,25 @@ fn bad_input_gets_one_clear_line_and_leaves_nothing_behind() {
         c.args(args);
         c
     };
-    assert_refused(&mut agent(&["--cgroup", "/sys/fs/cgroup/no-such-cgroup"]), "does not exist");
-    assert_refused(&mut agent(&["--cgroup", "/etc/hostname"]), "is not a directory");
-    assert_refused(&mut agent(&["--cgroup", "/tmp"]), "is not a cgroup v2 directory");
-    assert_refused(&mut agent(&["--algorithm", "fixed"]), "--cgroup PATH is required");
-    let usage = agent(&["--cgroup", "/tmp", "--algorithm", "bogus"]).output().unwrap();
+    assert_refused(
+        &mut agent(&["--cgroup", "/sys/fs/cgroup/no-such-cgroup"]),
+        "does not exist",
+    );
+    assert_refused(
+        &mut agent(&["--cgroup", "/etc/hostname"]),
+        "is not a directory",
+    );
+    assert_refused(
+        &mut agent(&["--cgroup", "/tmp"]),
+        "is not a cgroup v2 directory",
+    );
+    assert_refused(
+        &mut agent(&["--algorithm", "fixed"]),
+        "--cgroup PATH is required",
+    );
+    let usage = agent(&["--cgroup", "/tmp", "--algorithm", "bogus"])
+        .output()
+        .unwrap();
     assert_eq!(usage.status.code(), Some(2), "usage errors exit with 2");
     assert!(String::from_utf8_lossy(&usage.stderr).contains("unknown algorithm \"bogus\""));
 
@@ -159,7 +222,10 @@ fn bad_input_gets_one_clear_line_and_leaves_nothing_behind() {
         &mut agent(&["--cgroup", &cg_arg, "--config", &bad.0.to_string_lossy()]),
         &format!("{}:3", bad.0.display()),
     );
-    assert_refused(&mut agent(&["--cgroup", &cg_arg, "--limit", "3"]), "add --algorithm fixed");
+    assert_refused(
+        &mut agent(&["--cgroup", &cg_arg, "--limit", "3"]),
+        "add --algorithm fixed",
+    );
     let mut unprivileged = agent(&["--cgroup", &cg_arg]);
     std::os::unix::process::CommandExt::uid(&mut unprivileged, 65534);
     assert_refused(&mut unprivileged, "not enough privileges");
@@ -167,8 +233,14 @@ fn bad_input_gets_one_clear_line_and_leaves_nothing_behind() {
 
     // One agent per cgroup.
     let first = Agent::start(&cg, &[]);
-    assert_refused(&mut agent(&["--cgroup", &cg_arg]), "already manages this cgroup");
-    assert_refused(&mut agent(&["detach", "--cgroup", &cg_arg]), "stop it with SIGTERM");
+    assert_refused(
+        &mut agent(&["--cgroup", &cg_arg]),
+        "already manages this cgroup",
+    );
+    assert_refused(
+        &mut agent(&["detach", "--cgroup", &cg_arg]),
+        "stop it with SIGTERM",
+    );
     assert!(first.stop().success());
     assert!(!cg.pin_dir().exists(), "SIGTERM removes the pins");
     assert_no_programs(&cg);
@@ -181,7 +253,12 @@ fn a_failed_load_leaves_nothing_half_attached() {
     // A destination table too large to allocate: the kernel refuses it after the pin
     // directory exists.
     let mut cmd = Command::new(agent_bin());
-    cmd.args(["--cgroup", &cg.path().to_string_lossy(), "--max-destinations", "4000000000"]);
+    cmd.args([
+        "--cgroup",
+        &cg.path().to_string_lossy(),
+        "--max-destinations",
+        "4000000000",
+    ]);
     assert_refused(&mut cmd, "cannot load the eBPF object");
     assert!(!cg.pin_dir().exists(), "the failed agent removed its pins");
     assert_no_programs(&cg);

@@ -104,7 +104,12 @@ fn main() {
                 .collect();
             let results: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
             for r in &results {
-                report(&mut out, r.as_ref().map(|_| ()).map_err(|e| std::io::Error::from_raw_os_error(e.raw_os_error().unwrap_or(0))));
+                report(
+                    &mut out,
+                    r.as_ref().map(|_| ()).map_err(|e| {
+                        std::io::Error::from_raw_os_error(e.raw_os_error().unwrap_or(0))
+                    }),
+                );
             }
             writeln!(out, "ready").unwrap();
             out.flush().unwrap();
@@ -249,7 +254,11 @@ mod netns {
     /// holding whatever is accepted for the life of the process.
     pub fn enter_with_upstream(addr: SocketAddr) -> std::thread::JoinHandle<()> {
         // SAFETY: unshare affects only this (still single-threaded) process.
-        assert_eq!(unsafe { libc::unshare(libc::CLONE_NEWNET) }, 0, "unshare(CLONE_NEWNET) failed");
+        assert_eq!(
+            unsafe { libc::unshare(libc::CLONE_NEWNET) },
+            0,
+            "unshare(CLONE_NEWNET) failed"
+        );
         loopback_up();
         let listener = TcpListener::bind(addr).unwrap();
         std::thread::spawn(move || {
@@ -266,7 +275,10 @@ mod netns {
             for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
                 *dst = *src as libc::c_char;
             }
-            assert_eq!(libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req), 0);
+            assert_eq!(
+                libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req),
+                0
+            );
             req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
             assert_eq!(libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req), 0);
         }
@@ -277,7 +289,10 @@ mod netns {
         let snmp = std::fs::read_to_string("/proc/self/net/snmp").unwrap();
         let mut tcp = snmp.lines().filter(|l| l.starts_with("Tcp:"));
         let (names, values) = (tcp.next().unwrap(), tcp.next().unwrap());
-        let idx = names.split_whitespace().position(|n| n == "ActiveOpens").unwrap();
+        let idx = names
+            .split_whitespace()
+            .position(|n| n == "ActiveOpens")
+            .unwrap();
         values.split_whitespace().nth(idx).unwrap().parse().unwrap()
     }
 }
