@@ -75,6 +75,16 @@ impl Trace {
         f64::from(done) / seconds.len().max(1) as f64
     }
 
+    /// The median of the per-second median latencies over (from, to): NaN without samples.
+    pub fn typical_p50(&self, (from, to): (Nanos, Nanos)) -> f64 {
+        let medians: Vec<f64> = self
+            .seconds_in(from, to)
+            .iter()
+            .filter_map(|s| s.p50_s)
+            .collect();
+        quantile(&medians, 0.5).unwrap_or(f64::NAN)
+    }
+
     fn ticks_in(&self, from: Nanos, to: Nanos) -> impl Iterator<Item = &Tick> {
         self.ticks.iter().filter(move |t| t.at >= from && t.at < to)
     }

@@ -1,0 +1,43 @@
+//! A saturated upstream of fixed capacity: the limit must find it and hold it.
+
+use super::{phase, saturating, throughput, Judgement, Run, Scenario, CAPACITY};
+use crate::criteria::{figure, holds};
+use crate::trace::Trace;
+use crate::upstream::UpstreamSpec;
+
+pub const SCENARIO: Scenario = Scenario {
+    name: "converge",
+    shows: "reaches true capacity and holds it, oscillating no more than +-20 %",
+    runs,
+    judge,
+};
+
+const END_S: f64 = 300.0;
+/// Two minutes to get there from the initial limit.
+const SETTLED_FROM_S: f64 = 120.0;
+
+fn runs() -> Vec<Run> {
+    vec![Run::limited(
+        "steady capacity",
+        saturating(END_S, UpstreamSpec::steady(CAPACITY)),
+    )]
+}
+
+fn judge(traces: &[Trace]) -> Judgement {
+    let settled = phase(SETTLED_FROM_S, END_S);
+    let criteria = holds(
+        "settled",
+        &traces[0],
+        settled,
+        f64::from(CAPACITY),
+        throughput(CAPACITY),
+    );
+    let key_figure = format!(
+        "median limit {} (C = {CAPACITY})",
+        figure(criteria[0].value)
+    );
+    Judgement {
+        criteria,
+        key_figure,
+    }
+}
