@@ -1,1 +1,63 @@
-fn main() {}
+//! `cargo xtask <task>`: what cargo alone cannot do.
+
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "xtask")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Formatting, lints, and every test, kernel tests included (their binaries run
+    /// through `sudo -E` when you are not root).
+    Test,
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().task {
+        Task::Test => test(),
+    }
+}
+
+fn cargo(args: &[&str]) -> Command {
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cmd.args(args);
+    cmd
+}
+
+fn run(mut cmd: Command) -> Result<()> {
+    let status = cmd.status().with_context(|| format!("cannot run {cmd:?}"))?;
+    if !status.success() {
+        bail!("{cmd:?} failed ({status})");
+    }
+    Ok(())
+}
+
+fn test() -> Result<()> {
+    run(cargo(&["fmt", "--all", "--check"]))?;
+    run(cargo(&["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]))?;
+    let mut tests = cargo(&["test", "--workspace"]);
+    // Kernel tests need root: build as the user, run the test binaries as root.
+    if !is_root() {
+        tests.env("CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER", "sudo -E");
+        tests.env("CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER", "sudo -E");
+    }
+    run(tests)
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|ids| ids.split_whitespace().nth(1).map(|euid| euid == "0"))
+        })
+        .unwrap_or(false)
+}
