@@ -32,7 +32,9 @@ fn cargo(args: &[&str]) -> Command {
 }
 
 fn run(mut cmd: Command) -> Result<()> {
-    let status = cmd.status().with_context(|| format!("cannot run {cmd:?}"))?;
+    let status = cmd
+        .status()
+        .with_context(|| format!("cannot run {cmd:?}"))?;
     if !status.success() {
         bail!("{cmd:?} failed ({status})");
     }
@@ -41,7 +43,14 @@ fn run(mut cmd: Command) -> Result<()> {
 
 fn test() -> Result<()> {
     run(cargo(&["fmt", "--all", "--check"]))?;
-    run(cargo(&["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]))?;
+    run(cargo(&[
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
     let mut tests = cargo(&["test", "--workspace"]);
     // Kernel tests need root: build as the user, run the test binaries as root.
     if !is_root() {
