@@ -26,10 +26,7 @@ impl AlgorithmChoice {
     ) -> anyhow::Result<R> {
         match self {
             Self::Builtin(algorithm) => {
-                let config = ControlConfig {
-                    algorithm: *algorithm,
-                    ..ControlConfig::default()
-                };
+                let config = ControlConfig::new(*algorithm);
                 Ok(run(controller(&config, 0).as_mut()))
             }
             Self::External(command) => {

@@ -129,11 +129,11 @@ impl Controller for Unlimited {
 }
 
 /// True capacity (workers) of the upstream in the scenarios that saturate it.
-const CAPACITY: u32 = 40;
+const CAPACITY: u32 = 100;
 
 /// The healthy service time of the saturating scenarios.
 fn service() -> Service {
-    Service::lognormal(0.2, 0.4)
+    Service::lognormal(0.5, 0.3)
 }
 
 /// Twice as many closed-loop clients as the upstream has workers, each retrying a
