@@ -8,16 +8,18 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use crate::clock::as_secs;
+use crate::criteria::figure;
 use crate::trace::Trace;
 
 const COLUMN_WIDTH: u32 = 620;
 const HEIGHT: u32 = 760;
 /// Points per drawn series: enough for the eye, small enough for a light SVG.
-const BUCKETS: usize = 300;
+const BUCKETS: usize = 200;
 
 struct Series {
     name: &'static str,
     colour: RGBColor,
+    width: u32,
     points: Vec<(f64, f64)>,
 }
 
@@ -33,7 +35,8 @@ pub fn draw(path: &Path, title: &str, traces: &[(&str, Trace)]) -> anyhow::Resul
         let concurrency = [
             Series {
                 name: "limit",
-                colour: RGBColor(200, 30, 30),
+                colour: RGBColor(220, 60, 60),
+                width: 4,
                 points: envelope(
                     trace
                         .ticks
@@ -44,6 +47,7 @@ pub fn draw(path: &Path, title: &str, traces: &[(&str, Trace)]) -> anyhow::Resul
             Series {
                 name: "in-flight",
                 colour: RGBColor(30, 90, 200),
+                width: 1,
                 points: envelope(
                     trace
                         .ticks
@@ -74,11 +78,13 @@ pub fn draw(path: &Path, title: &str, traces: &[(&str, Trace)]) -> anyhow::Resul
         let latency = [
             Series {
                 name: "p50 first byte",
+                width: 2,
                 colour: RGBColor(20, 140, 60),
                 points: per_second(|s| s.p50_s),
             },
             Series {
                 name: "p90 first byte",
+                width: 2,
                 colour: RGBColor(230, 140, 20),
                 points: per_second(|s| s.p90_s),
             },
@@ -96,6 +102,7 @@ pub fn draw(path: &Path, title: &str, traces: &[(&str, Trace)]) -> anyhow::Resul
 
         let shed = [Series {
             name: "shed per second",
+            width: 2,
             colour: RGBColor(40, 40, 40),
             points: per_second(|s| Some(f64::from(s.shed))),
         }];
@@ -135,17 +142,16 @@ where
         .configure_mesh()
         .x_desc("virtual time (s)")
         .y_desc(y_desc)
-        .light_line_style(WHITE)
+        .x_label_formatter(&|v| figure(*v))
+        .y_label_formatter(&|v| figure(*v))
+        .max_light_lines(0)
         .draw()?;
     for s in series {
-        let colour = s.colour;
+        let style = s.colour.stroke_width(s.width);
         chart
-            .draw_series(LineSeries::new(
-                s.points.iter().copied(),
-                colour.stroke_width(2),
-            ))?
+            .draw_series(LineSeries::new(s.points.iter().copied(), style))?
             .label(s.name)
-            .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], colour.stroke_width(2)));
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], style));
     }
     chart
         .configure_series_labels()
