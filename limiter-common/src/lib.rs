@@ -5,7 +5,7 @@
 
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;
 
 pub const MODE_DEFAULT: u32 = 0;
 pub const MODE_OFF: u32 = 1;
@@ -15,6 +15,21 @@ pub const MODE_PROD: u32 = 3;
 pub const EVENT_SHED: u32 = 1;
 pub const EVENT_WOULD_SHED: u32 = 2;
 
+pub const SIGNAL_SAMPLE: u32 = 1;
+pub const SIGNAL_CONNECT_REFUSED: u32 = 2;
+pub const SIGNAL_CONNECT_TIMEOUT: u32 = 3;
+pub const SIGNAL_ERROR: u32 = 4;
+pub const SIGNAL_GAVE_UP: u32 = 5;
+pub const SIGNAL_HANDSHAKE: u32 = 6;
+
+pub const PHASE_IDLE: u32 = 0;
+pub const PHASE_AWAITING: u32 = 1;
+pub const PHASE_RECEIVING: u32 = 2;
+
+pub const SOCK_RST_SEEN: u32 = 1 << 0;
+pub const SOCK_CONNECT_DONE: u32 = 1 << 1;
+pub const SOCK_SEQ_VALID: u32 = 1 << 2;
+
 /// Map names, as pinned under the agent's per-cgroup directory.
 pub mod maps {
     pub const DESTS: &str = "dests";
@@ -23,7 +38,8 @@ pub mod maps {
     pub const STATS: &str = "stats";
     pub const SOCKETS: &str = "sockets";
     pub const EVENTS: &str = "events";
-    pub const ALL: [&str; 6] = [DESTS, POLICIES, CONFIG, STATS, SOCKETS, EVENTS];
+    pub const SIGNALS: &str = "signals";
+    pub const ALL: [&str; 7] = [DESTS, POLICIES, CONFIG, STATS, SOCKETS, EVENTS, SIGNALS];
 }
 
 /// A destination: IPv6 address in network byte order, IPv4 stored as `::ffff:a.b.c.d`.
@@ -136,6 +152,12 @@ pub struct SockState {
     pub holds_slot: u32,
     pub dest_created_ns: u64,
     pub established: u32,
+    pub phase: u32,
+    pub connect_ns: u64,
+    pub request_ns: u64,
+    pub request_inflight: u32,
+    pub next_seq: u32,
+    pub flags: u32,
     pub _pad: u32,
 }
 
@@ -149,6 +171,17 @@ pub struct LimiterEvent {
     pub limit: u32,
     pub inflight: u32,
     pub comm: [u8; 16],
+    pub _pad: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LimiterSignal {
+    pub ts_ns: u64,
+    pub value_ns: u64,
+    pub dest: DestKey,
+    pub kind: u32,
+    pub inflight: u32,
     pub _pad: u32,
 }
 
@@ -170,8 +203,9 @@ const _: () = {
     assert!(core::mem::size_of::<DestState>() == 72);
     assert!(core::mem::size_of::<LimiterConfig>() == 32);
     assert!(core::mem::size_of::<GlobalStats>() == 32);
-    assert!(core::mem::size_of::<SockState>() == 40);
+    assert!(core::mem::size_of::<SockState>() == 72);
     assert!(core::mem::size_of::<LimiterEvent>() == 64);
+    assert!(core::mem::size_of::<LimiterSignal>() == 48);
 };
 
 #[cfg(feature = "aya")]
@@ -185,6 +219,7 @@ mod pod {
     unsafe impl aya::Pod for GlobalStats {}
     unsafe impl aya::Pod for SockState {}
     unsafe impl aya::Pod for LimiterEvent {}
+    unsafe impl aya::Pod for LimiterSignal {}
 }
 
 #[cfg(test)]

@@ -64,17 +64,34 @@ fn layouts() -> Vec<Layout> {
         layout!(
             SockState,
             "sock_state",
-            [dest, holds_slot, dest_created_ns, established, _pad]
+            [
+                dest,
+                holds_slot,
+                dest_created_ns,
+                established,
+                phase,
+                connect_ns,
+                request_ns,
+                request_inflight,
+                next_seq,
+                flags,
+                _pad
+            ]
         ),
         layout!(
             LimiterEvent,
             "limiter_event",
             [ts_ns, dest, kind, pid, limit, inflight, comm, _pad]
         ),
+        layout!(
+            LimiterSignal,
+            "limiter_signal",
+            [ts_ns, value_ns, dest, kind, inflight, _pad]
+        ),
     ]
 }
 
-const CONSTANTS: [(&str, u32); 7] = [
+const CONSTANTS: [(&str, u32); 19] = [
     ("LIMITER_ABI_VERSION", ABI_VERSION),
     ("LIMITER_MODE_DEFAULT", MODE_DEFAULT),
     ("LIMITER_MODE_OFF", MODE_OFF),
@@ -82,6 +99,18 @@ const CONSTANTS: [(&str, u32); 7] = [
     ("LIMITER_MODE_PROD", MODE_PROD),
     ("LIMITER_EVENT_SHED", EVENT_SHED),
     ("LIMITER_EVENT_WOULD_SHED", EVENT_WOULD_SHED),
+    ("LIMITER_SIGNAL_SAMPLE", SIGNAL_SAMPLE),
+    ("LIMITER_SIGNAL_CONNECT_REFUSED", SIGNAL_CONNECT_REFUSED),
+    ("LIMITER_SIGNAL_CONNECT_TIMEOUT", SIGNAL_CONNECT_TIMEOUT),
+    ("LIMITER_SIGNAL_ERROR", SIGNAL_ERROR),
+    ("LIMITER_SIGNAL_GAVE_UP", SIGNAL_GAVE_UP),
+    ("LIMITER_SIGNAL_HANDSHAKE", SIGNAL_HANDSHAKE),
+    ("LIMITER_PHASE_IDLE", PHASE_IDLE),
+    ("LIMITER_PHASE_AWAITING", PHASE_AWAITING),
+    ("LIMITER_PHASE_RECEIVING", PHASE_RECEIVING),
+    ("LIMITER_SOCK_RST_SEEN", SOCK_RST_SEEN),
+    ("LIMITER_SOCK_CONNECT_DONE", SOCK_CONNECT_DONE),
+    ("LIMITER_SOCK_SEQ_VALID", SOCK_SEQ_VALID),
 ];
 
 /// The C program prints one `name value` line per fact; the expectation lists the same lines.

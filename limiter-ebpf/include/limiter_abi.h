@@ -13,7 +13,7 @@
 
 #include <linux/types.h>
 
-#define LIMITER_ABI_VERSION 1
+#define LIMITER_ABI_VERSION 2
 
 /* Modes. 0 in a per-destination policy means "use the global default". */
 #define LIMITER_MODE_DEFAULT 0
@@ -21,9 +21,27 @@
 #define LIMITER_MODE_SHADOW 2
 #define LIMITER_MODE_PROD 3
 
-/* Event kinds on the ring buffer. */
+/* Decision kinds on the `events` ring buffer. */
 #define LIMITER_EVENT_SHED 1
 #define LIMITER_EVENT_WOULD_SHED 2
+
+/* Signal kinds on the `signals` ring buffer. */
+#define LIMITER_SIGNAL_SAMPLE 1          /* request -> first response byte; value_ns = latency */
+#define LIMITER_SIGNAL_CONNECT_REFUSED 2 /* RST to our SYN */
+#define LIMITER_SIGNAL_CONNECT_TIMEOUT 3 /* SYN never answered, or the client gave up connecting */
+#define LIMITER_SIGNAL_ERROR 4           /* reset or closed by the peer while awaiting a response */
+#define LIMITER_SIGNAL_GAVE_UP 5         /* closed locally while awaiting a response */
+#define LIMITER_SIGNAL_HANDSHAKE 6       /* connect -> established; value_ns = handshake time */
+
+/* Where a connection is in its request/response cycle. */
+#define LIMITER_PHASE_IDLE 0      /* nothing outstanding: the next payload sent starts a request */
+#define LIMITER_PHASE_AWAITING 1  /* request sent, no response byte yet */
+#define LIMITER_PHASE_RECEIVING 2 /* response under way: the next payload sent starts a request */
+
+/* sock_state.flags */
+#define LIMITER_SOCK_RST_SEEN (1 << 0)     /* a RST arrived before the handshake completed */
+#define LIMITER_SOCK_CONNECT_DONE (1 << 1) /* the connect outcome has been reported */
+#define LIMITER_SOCK_SEQ_VALID (1 << 2)    /* next_seq holds a sent sequence number */
 
 /* A destination: IPv6 address (IPv4 as ::ffff:a.b.c.d, so v4-mapped IPv6 is the same key). */
 struct dest_key {
@@ -78,9 +96,15 @@ struct global_stats {
 /* Per-socket state (SK_STORAGE): dies with the socket. */
 struct sock_state {
 	struct dest_key dest;
-	__u32 holds_slot;  /* 1 while this socket counts in dest's inflight */
+	__u32 holds_slot; /* 1 while this socket counts in dest's inflight */
 	__u64 dest_created_ns;
 	__u32 established;
+	__u32 phase; /* LIMITER_PHASE_* */
+	__u64 connect_ns;
+	__u64 request_ns;       /* first payload byte of the outstanding request */
+	__u32 request_inflight; /* dest's inflight when that request started */
+	__u32 next_seq;         /* one past the last payload byte sent: older is a retransmit */
+	__u32 flags;            /* LIMITER_SOCK_* */
 	__u32 _pad;
 };
 
@@ -93,6 +117,16 @@ struct limiter_event {
 	__u32 limit;
 	__u32 inflight;
 	char comm[16];
+	__u32 _pad;
+};
+
+/* A latency sample or outcome, sent to the agent through the `signals` ring buffer. */
+struct limiter_signal {
+	__u64 ts_ns;
+	__u64 value_ns; /* latency (SAMPLE), handshake time (HANDSHAKE), else 0 */
+	struct dest_key dest;
+	__u32 kind;     /* LIMITER_SIGNAL_* */
+	__u32 inflight; /* dest's inflight when the request started (SAMPLE) */
 	__u32 _pad;
 };
 

@@ -58,6 +58,9 @@ pub struct RunArgs {
     /// Size of the kernel's destination table (least recently used entries are evicted).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_destinations: Option<u32>,
+    /// Size of the kernel's latency-signal ring buffer in KiB (a power of two, at least 4).
+    #[arg(long, value_name = "KIB")]
+    pub signal_buffer_kib: Option<u32>,
     /// Pin directory (default: /sys/fs/bpf/limiter/<escaped cgroup path>).
     #[arg(long, value_name = "DIR")]
     pub pin_dir: Option<PathBuf>,

@@ -67,6 +67,9 @@ pub struct Config {
     /// Size of the kernel's destination table (LRU).
     #[serde(default = "default_max_destinations")]
     pub max_destinations: u32,
+    /// Size of the kernel's latency-signal ring buffer; a full one drops (and counts) events.
+    #[serde(default = "default_signal_buffer_kib")]
+    pub signal_buffer_kib: u32,
     #[serde(default, rename = "destination")]
     pub destinations: Vec<DestinationConfig>,
     #[serde(default, rename = "exclude")]
@@ -137,6 +140,9 @@ fn default_heartbeat_timeout() -> u64 {
 fn default_max_destinations() -> u32 {
     65536
 }
+fn default_signal_buffer_kib() -> u32 {
+    1024
+}
 
 impl Config {
     pub fn defaults() -> Self {
@@ -178,6 +184,10 @@ impl Config {
         }
         if self.max_destinations == 0 {
             bail!("max_destinations must be at least 1");
+        }
+        let kib = self.signal_buffer_kib;
+        if kib < 4 || !kib.is_power_of_two() || kib > 1 << 20 {
+            bail!("signal_buffer_kib must be a power of two between 4 and 1048576, not {kib}");
         }
         for d in &self.destinations {
             if d.host.is_none() == d.addresses.is_empty() {

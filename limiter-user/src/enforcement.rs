@@ -5,7 +5,9 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use aya::{
     maps::{MapData, RingBuf, SkStorage},
-    programs::{CgroupAttachMode, CgroupSock, CgroupSockAddr, SockOps},
+    programs::{
+        CgroupAttachMode, CgroupSkb, CgroupSkbAttachType, CgroupSock, CgroupSockAddr, SockOps,
+    },
     Ebpf, EbpfLoader,
 };
 use limiter_common::{maps, DestKey, DestPolicy, LimiterConfig, SockState, ABI_VERSION};
@@ -27,6 +29,13 @@ pub struct Settings {
     pub heartbeat_timeout: Duration,
     pub max_destinations: u32,
     pub policies: Vec<StaticPolicy>,
+    pub signal_buffer_bytes: u32,
+}
+
+/// The ring buffers the kernel writes to, handed to their readers.
+pub struct Rings {
+    pub decisions: RingBuf<MapData>,
+    pub signals: RingBuf<MapData>,
 }
 
 /// The programs attached to one cgroup. Dropping it detaches them and removes the pins.
@@ -34,7 +43,6 @@ pub struct Enforcement {
     // Holds the programs and their links: dropping it detaches everything.
     ebpf: Option<Ebpf>,
     pub tables: Tables,
-    pub events: RingBuf<MapData>,
     pins: PinDir,
     heartbeat_timeout_ns: u64,
 }
@@ -46,7 +54,7 @@ impl Enforcement {
         pins: PinDir,
         settings: &Settings,
         kernel: &Kernel,
-    ) -> Result<Self> {
+    ) -> Result<(Self, Rings)> {
         // The caller holds the agent lock, so pins here are left over from a dead agent;
         // they may even be of another map layout, which aya would silently reuse.
         pins.remove()?;
@@ -55,12 +63,14 @@ impl Enforcement {
             .inspect_err(|_| {
                 let _ = pins.remove();
             })
-            .map(|(ebpf, tables, events)| Enforcement {
-                ebpf: Some(ebpf),
-                tables,
-                events,
-                pins,
-                heartbeat_timeout_ns: settings.heartbeat_timeout.as_nanos() as u64,
+            .map(|(ebpf, tables, rings)| {
+                let enforcement = Enforcement {
+                    ebpf: Some(ebpf),
+                    tables,
+                    pins,
+                    heartbeat_timeout_ns: settings.heartbeat_timeout.as_nanos() as u64,
+                };
+                (enforcement, rings)
             })
     }
 
@@ -91,11 +101,12 @@ fn load_and_attach(
     pins: &PinDir,
     settings: &Settings,
     kernel: &Kernel,
-) -> Result<(Ebpf, Tables, RingBuf<MapData>)> {
+) -> Result<(Ebpf, Tables, Rings)> {
     let mut ebpf = EbpfLoader::new()
         .default_map_pin_directory(pins.path())
         .map_max_entries(maps::DESTS, settings.max_destinations)
         .map_max_entries(maps::POLICIES, settings.max_destinations)
+        .map_max_entries(maps::SIGNALS, settings.signal_buffer_bytes)
         .override_global("have_set_retval", &u8::from(kernel.has_set_retval), true)
         .load(limiter_ebpf::OBJECT)
         .context("cannot load the eBPF object")?;
@@ -116,10 +127,18 @@ fn load_and_attach(
         };
         tables.policies.insert(DestKey::new(p.addr), policy, 0)?;
     }
-    let events = RingBuf::try_from(ebpf.take_map(maps::EVENTS).context("no events map")?)?;
+    let mut ring = |name: &str| -> Result<RingBuf<MapData>> {
+        let map = ebpf.take_map(name).with_context(|| format!("no {name} map"))?;
+        Ok(RingBuf::try_from(map)?)
+    };
+    let rings = Rings {
+        decisions: ring(maps::EVENTS)?,
+        signals: ring(maps::SIGNALS)?,
+    };
     let cgroup_fd = cgroup.open()?;
 
-    // Release paths first: from here on, every slot taken (seeded or admitted) comes back.
+    // Release paths and observers first: from here on, every slot taken (seeded or
+    // admitted) comes back, and every request is seen from its first byte.
     let release: &mut CgroupSock = program(&mut ebpf, "limiter_sock_release")?;
     release.load()?;
     release
@@ -131,6 +150,16 @@ fn load_and_attach(
         .attach(&cgroup_fd, CgroupAttachMode::Single)
         .context(attach_hint("sockops"))?;
 
+    for (name, direction) in [
+        ("limiter_egress", CgroupSkbAttachType::Egress),
+        ("limiter_ingress", CgroupSkbAttachType::Ingress),
+    ] {
+        let observer: &mut CgroupSkb = program(&mut ebpf, name)?;
+        observer.load()?;
+        observer
+            .attach(&cgroup_fd, direction, CgroupAttachMode::Single)
+            .context(attach_hint(name))?;
+    }
     let mut sockets: SkStorage<&mut MapData, SockState> =
         SkStorage::try_from(ebpf.map_mut(maps::SOCKETS).context("no sockets map")?)?;
     let seeded = seed::seed(cgroup, &mut tables, &mut sockets, settings.default_mode)?;
@@ -146,7 +175,7 @@ fn load_and_attach(
             .attach(&cgroup_fd, CgroupAttachMode::Single)
             .context(attach_hint(name))?;
     }
-    Ok((ebpf, tables, events))
+    Ok((ebpf, tables, rings))
 }
 
 fn program<'a, P>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut P>
@@ -163,12 +192,4 @@ fn attach_hint(what: &str) -> String {
     format!(
         "cannot attach {what} to the cgroup (is another BPF program of that kind attached to it?)"
     )
-}
-
-/// Readable when the kernel forced a ring-buffer wake-up.
-impl std::os::fd::AsRawFd for Enforcement {
-    fn as_raw_fd(&self) -> std::os::fd::RawFd {
-        use std::os::fd::AsFd;
-        self.events.as_fd().as_raw_fd()
-    }
 }

@@ -2,6 +2,7 @@
 
 use std::{
     collections::BTreeMap,
+    os::fd::{AsFd, AsRawFd, RawFd},
     time::{Duration, Instant},
 };
 
@@ -20,33 +21,33 @@ struct Tally {
 
 /// Shed decisions folded per destination and kind until the next summary.
 pub struct DecisionLog {
+    ring: RingBuf<MapData>,
     tallies: BTreeMap<(DestKey, u32), Tally>,
     last_summary: Instant,
 }
 
-impl Default for DecisionLog {
-    fn default() -> Self {
+impl DecisionLog {
+    pub fn new(ring: RingBuf<MapData>) -> Self {
         DecisionLog {
+            ring,
             tallies: BTreeMap::new(),
             last_summary: Instant::now(),
         }
     }
-}
 
-impl DecisionLog {
     /// Reads every pending event.
-    pub fn drain(&mut self, ring: &mut RingBuf<MapData>) {
-        while let Some(item) = ring.next() {
+    pub fn drain(&mut self) {
+        while let Some(item) = self.ring.next() {
             if item.len() < std::mem::size_of::<LimiterEvent>() {
                 continue;
             }
             // SAFETY: the kernel wrote a whole LimiterEvent; the ring gives no alignment.
             let ev: LimiterEvent = unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) };
-            self.record(ev);
+            Self::record(&mut self.tallies, ev);
         }
     }
 
-    fn record(&mut self, ev: LimiterEvent) {
+    fn record(tallies: &mut BTreeMap<(DestKey, u32), Tally>, ev: LimiterEvent) {
         debug!(
             decision = kind_name(ev.kind),
             destination = %ev.dest.socket_addr(),
@@ -55,7 +56,7 @@ impl DecisionLog {
             limit = ev.limit,
             inflight = ev.inflight,
         );
-        let tally = self.tallies.entry((ev.dest, ev.kind)).or_default();
+        let tally = tallies.entry((ev.dest, ev.kind)).or_default();
         tally.count += 1;
         tally.last = ev;
     }
@@ -77,6 +78,13 @@ impl DecisionLog {
                 tally.last.pid,
             );
         }
+    }
+}
+
+/// Readable when the kernel forced a wake-up.
+impl AsRawFd for DecisionLog {
+    fn as_raw_fd(&self) -> RawFd {
+        self.ring.as_fd().as_raw_fd()
     }
 }
 

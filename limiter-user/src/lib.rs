@@ -15,6 +15,7 @@ mod logging;
 mod pins;
 mod preflight;
 mod seed;
+mod signals;
 mod status;
 mod tables;
 
@@ -64,6 +65,7 @@ fn run(args: RunArgs) -> Result<()> {
         heartbeat_timeout: Duration::from_secs(config.heartbeat_timeout_secs),
         max_destinations: config.max_destinations,
         policies: config::static_policies(&config)?,
+        signal_buffer_bytes: config.signal_buffer_kib * 1024,
     };
     if config.algorithm != limiter_core::config::Algorithm::Fixed {
         tracing::warn!(
@@ -97,6 +99,7 @@ fn merged_config(args: &RunArgs) -> Result<Config> {
         .heartbeat_timeout
         .unwrap_or(config.heartbeat_timeout_secs);
     config.max_destinations = args.max_destinations.unwrap_or(config.max_destinations);
+    config.signal_buffer_kib = args.signal_buffer_kib.unwrap_or(config.signal_buffer_kib);
     if args.limit.is_some() && config.algorithm != limiter_core::config::Algorithm::Fixed {
         bail!("--limit sets the limit of the fixed algorithm: add --algorithm fixed");
     }

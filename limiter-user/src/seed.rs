@@ -14,7 +14,7 @@ use std::{
 
 use anyhow::Result;
 use aya::maps::{MapData, PerCpuValues, SkStorage};
-use limiter_common::{DestKey, DestState, GlobalStats, SockState};
+use limiter_common::{DestKey, DestState, GlobalStats, SockState, SOCK_CONNECT_DONE};
 use nix::sys::socket::{getpeername, getsockname, SockaddrStorage};
 use tracing::debug;
 
@@ -74,7 +74,8 @@ pub fn seed(
             holds_slot: 1,
             dest_created_ns: now,
             established: 1,
-            _pad: 0,
+            flags: SOCK_CONNECT_DONE,
+            ..Default::default()
         };
         sockets.insert(&o.fd, state, NOEXIST)?;
     }

@@ -49,6 +49,9 @@ static __always_inline __s64 slot_take(struct sock_state *ss, struct dest_state 
 	ss->dest = *key;
 	ss->dest_created_ns = st->created_ns;
 	ss->established = 0;
+	ss->phase = LIMITER_PHASE_IDLE;
+	ss->flags = 0;
+	ss->connect_ns = bpf_ktime_get_ns();
 	ss->holds_slot = 1;
 	return __sync_fetch_and_add(&st->inflight, 1);
 }

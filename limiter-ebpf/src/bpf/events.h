@@ -1,20 +1,35 @@
 /* SPDX-License-Identifier: (GPL-2.0 OR MIT) */
-/* Decision events to the agent, with batched wake-ups. */
+/* Records to the agent through ring buffers, with batched wake-ups. */
 #ifndef LIMITER_EVENTS_H
 #define LIMITER_EVENTS_H
 
 #include "maps.h"
 
 /*
- * A wake-up per event costs the application about 10 us on its connect path, so the
- * agent is only woken once wakeup_bytes are pending; it also drains on its own timer.
+ * A wake-up per record costs the application about 10 us on its own path, so the agent is
+ * only woken once wakeup_bytes are pending; it also drains on its own timer. A full ring
+ * drops the record and counts it: the application never waits for the agent.
  */
-static __always_inline void emit_decision(const struct limiter_config *cfg, __u32 kind,
-					  const struct dest_key *key, __u32 limit, __s64 inflight)
+static __always_inline void ringbuf_emit(void *ring, void *record, __u64 size)
+{
+	__u32 zero = 0;
+	struct limiter_config *cfg = bpf_map_lookup_elem(&config, &zero);
+	struct global_stats *gs;
+	__u64 flags = BPF_RB_NO_WAKEUP;
+
+	if (cfg && bpf_ringbuf_query(ring, BPF_RB_AVAIL_DATA) >= cfg->wakeup_bytes)
+		flags = BPF_RB_FORCE_WAKEUP;
+	if (bpf_ringbuf_output(ring, record, size, flags) == 0)
+		return;
+	gs = global_stats();
+	if (gs)
+		gs->ringbuf_drops++;
+}
+
+static __always_inline void emit_decision(__u32 kind, const struct dest_key *key, __u32 limit,
+					  __s64 inflight)
 {
 	struct limiter_event ev = {};
-	struct global_stats *gs;
-	__u64 flags;
 
 	ev.ts_ns = bpf_ktime_get_ns();
 	ev.dest = *key;
@@ -23,14 +38,20 @@ static __always_inline void emit_decision(const struct limiter_config *cfg, __u3
 	ev.limit = limit;
 	ev.inflight = inflight;
 	bpf_get_current_comm(ev.comm, sizeof(ev.comm));
-	flags = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= cfg->wakeup_bytes ?
-			BPF_RB_FORCE_WAKEUP :
-			BPF_RB_NO_WAKEUP;
-	if (bpf_ringbuf_output(&events, &ev, sizeof(ev), flags) == 0)
-		return;
-	gs = global_stats();
-	if (gs)
-		gs->ringbuf_drops++;
+	ringbuf_emit(&events, &ev, sizeof(ev));
+}
+
+static __always_inline void emit_signal(const struct sock_state *ss, __u32 kind, __u64 value_ns,
+					__u32 inflight)
+{
+	struct limiter_signal sig = {};
+
+	sig.ts_ns = bpf_ktime_get_ns();
+	sig.value_ns = value_ns;
+	sig.dest = ss->dest;
+	sig.kind = kind;
+	sig.inflight = inflight;
+	ringbuf_emit(&signals, &sig, sizeof(sig));
 }
 
 #endif /* LIMITER_EVENTS_H */

@@ -5,6 +5,8 @@
  *   cgroup/connect4,6     admit, or refuse when the destination is at its limit
  *   sockops               marks our sockets for state callbacks; TCP_CLOSE returns the slot
  *   cgroup/sock_release   backstop: returns the slot when the socket is released first
+ *   cgroup_skb egress     a payload sent while not awaiting a response starts a request
+ *   cgroup_skb ingress    the first payload received after it ends it: a latency sample
  *
  * Every path fails open: a missing map entry or allocation failure admits the connect.
  */
@@ -18,6 +20,7 @@
 #include "maps.h"
 #include "accounting.h"
 #include "events.h"
+#include "signal.h"
 
 #define SOCK_STREAM 1
 #define CONNECT_ALLOW 1
@@ -94,12 +97,12 @@ static __always_inline int admit(struct bpf_sock_addr *ctx, const struct dest_ke
 	if (mode == LIMITER_MODE_SHADOW) {
 		__sync_fetch_and_add(&st->would_shed, 1);
 		__sync_fetch_and_add(&st->admitted, 1);
-		emit_decision(cfg, LIMITER_EVENT_WOULD_SHED, key, limit, before);
+		emit_decision(LIMITER_EVENT_WOULD_SHED, key, limit, before);
 		return CONNECT_ALLOW;
 	}
 	slot_untake(ss, st);
 	__sync_fetch_and_add(&st->shed, 1);
-	emit_decision(cfg, LIMITER_EVENT_SHED, key, limit, before);
+	emit_decision(LIMITER_EVENT_SHED, key, limit, before);
 	return refuse();
 }
 
@@ -162,11 +165,15 @@ int limiter_sockops(struct bpf_sock_ops *skops)
 		break;
 	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
 		ss->established = 1;
+		emit_signal(ss, LIMITER_SIGNAL_HANDSHAKE, bpf_ktime_get_ns() - ss->connect_ns, 0);
 		break;
 	case BPF_SOCK_OPS_STATE_CB:
 		/* args[1] is the new state: closed by either side, RST, refused or timed-out SYN. */
-		if (skops->args[1] == BPF_TCP_CLOSE)
+		if (skops->args[1] == BPF_TCP_CLOSE) {
+			connect_failed(ss);
+			request_ended(ss, LIMITER_SIGNAL_ERROR);
 			slot_release(ss);
+		}
 		break;
 	}
 	/* sock_ops programs must return 1. */
@@ -180,7 +187,32 @@ int limiter_sock_release(struct bpf_sock *sk)
 
 	/* close() before any TCP_CLOSE: an abandoned connect, a killed process, or the normal
 	 * close of an established socket (its FIN handshake no longer holds the upstream). */
-	if (ss)
+	if (ss) {
+		connect_failed(ss);
+		request_ended(ss, LIMITER_SIGNAL_GAVE_UP);
 		slot_release(ss);
+	}
+	return 1;
+}
+
+SEC("cgroup_skb/egress")
+int limiter_egress(struct __sk_buff *skb)
+{
+	struct sock_state *ss = packet_sock_state(skb);
+	struct tcp_segment seg;
+
+	if (ss && parse_tcp(skb, &seg) == 0)
+		on_egress(ss, &seg);
+	return 1; /* observe only: always let the packet through */
+}
+
+SEC("cgroup_skb/ingress")
+int limiter_ingress(struct __sk_buff *skb)
+{
+	struct sock_state *ss = packet_sock_state(skb);
+	struct tcp_segment seg;
+
+	if (ss && parse_tcp(skb, &seg) == 0)
+		on_ingress(ss, &seg);
 	return 1;
 }

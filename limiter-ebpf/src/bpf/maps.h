@@ -50,11 +50,19 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } sockets SEC(".maps");
 
+/* Decisions (shed, would_shed), with pid and comm. */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 256 * 1024);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } events SEC(".maps");
+
+/* Latency samples and outcomes; the agent sizes it (--signal-buffer-kib). */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1024 * 1024);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} signals SEC(".maps");
 
 static __always_inline struct global_stats *global_stats(void)
 {

@@ -1,0 +1,136 @@
+/* SPDX-License-Identifier: (GPL-2.0 OR MIT) */
+/*
+ * The latency signal: per request, the time from the first payload byte sent while the
+ * connection is not awaiting a response to the first payload byte received after it.
+ * Streamed responses thus give their first-byte time, keep-alive connections a sample
+ * per exchange, and an upload is timed from its first byte.
+ */
+#ifndef LIMITER_SIGNAL_H
+#define LIMITER_SIGNAL_H
+
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/tcp.h>
+
+#include "maps.h"
+#include "events.h"
+
+struct tcp_segment {
+	__u32 seq;
+	__u32 payload; /* bytes of TCP payload (all of a GSO/GRO super-packet) */
+	__u8 rst;
+	__u8 fin;
+};
+
+/* cgroup_skb programs see the packet from its network header on. */
+static __always_inline int parse_tcp(struct __sk_buff *skb, struct tcp_segment *seg)
+{
+	__u32 l4_off, hdr_len;
+	struct tcphdr th;
+
+	if (skb->protocol == bpf_htons(ETH_P_IP)) {
+		struct iphdr iph;
+
+		if (bpf_skb_load_bytes(skb, 0, &iph, sizeof(iph)) || iph.protocol != IPPROTO_TCP)
+			return -1;
+		l4_off = iph.ihl * 4;
+	} else if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr ip6;
+
+		/* Extension headers are not followed: TCP sockets practically never get them. */
+		if (bpf_skb_load_bytes(skb, 0, &ip6, sizeof(ip6)) || ip6.nexthdr != IPPROTO_TCP)
+			return -1;
+		l4_off = sizeof(ip6);
+	} else {
+		return -1;
+	}
+	if (bpf_skb_load_bytes(skb, l4_off, &th, sizeof(th)))
+		return -1;
+	hdr_len = l4_off + th.doff * 4;
+	/* skb->len, not the IP length field: that is 0 for BIG TCP super-packets. */
+	seg->payload = skb->len > hdr_len ? skb->len - hdr_len : 0;
+	seg->seq = bpf_ntohl(th.seq);
+	seg->rst = th.rst;
+	seg->fin = th.fin;
+	return 0;
+}
+
+/* Our per-socket state for a packet's socket, if the connect hook admitted it. */
+static __always_inline struct sock_state *packet_sock_state(struct __sk_buff *skb)
+{
+	struct bpf_sock *sk = skb->sk;
+
+	if (!sk)
+		return 0;
+	sk = bpf_sk_fullsock(sk);
+	if (!sk || sk->protocol != IPPROTO_TCP)
+		return 0;
+	return bpf_sk_storage_get(&sockets, sk, 0, 0);
+}
+
+static __always_inline void on_egress(struct sock_state *ss, const struct tcp_segment *seg)
+{
+	struct dest_state *st;
+	__u32 end = seg->seq + seg->payload;
+
+	if (!seg->payload)
+		return;
+	/* Serial arithmetic: a segment ending at or before what was sent is a retransmit. */
+	if ((ss->flags & LIMITER_SOCK_SEQ_VALID) && (__s32)(end - ss->next_seq) <= 0)
+		return;
+	ss->next_seq = end;
+	ss->flags |= LIMITER_SOCK_SEQ_VALID;
+	if (ss->phase == LIMITER_PHASE_AWAITING)
+		return; /* more of the same request */
+	st = bpf_map_lookup_elem(&dests, &ss->dest);
+	ss->request_inflight = st && st->inflight > 0 ? st->inflight : 0;
+	ss->request_ns = bpf_ktime_get_ns();
+	ss->phase = LIMITER_PHASE_AWAITING;
+}
+
+static __always_inline void on_ingress(struct sock_state *ss, const struct tcp_segment *seg)
+{
+	struct dest_state *st;
+
+	if (seg->rst && !ss->established)
+		ss->flags |= LIMITER_SOCK_RST_SEEN;
+	if (ss->phase != LIMITER_PHASE_AWAITING)
+		return;
+	if (seg->payload) {
+		ss->phase = LIMITER_PHASE_RECEIVING;
+		emit_signal(ss, LIMITER_SIGNAL_SAMPLE, bpf_ktime_get_ns() - ss->request_ns,
+			    ss->request_inflight);
+		st = bpf_map_lookup_elem(&dests, &ss->dest);
+		if (st && st->created_ns == ss->dest_created_ns)
+			__sync_fetch_and_add(&st->samples, 1);
+	} else if (seg->rst || seg->fin) {
+		/* The peer hung up on an outstanding request. */
+		ss->phase = LIMITER_PHASE_IDLE;
+		emit_signal(ss, LIMITER_SIGNAL_ERROR, 0, 0);
+	}
+}
+
+/* The connect's outcome, once: refused (a RST came back) or timed out. */
+static __always_inline void connect_failed(struct sock_state *ss)
+{
+	__u32 kind;
+
+	if (ss->established || (__sync_fetch_and_or(&ss->flags, LIMITER_SOCK_CONNECT_DONE) &
+				LIMITER_SOCK_CONNECT_DONE))
+		return;
+	kind = ss->flags & LIMITER_SOCK_RST_SEEN ? LIMITER_SIGNAL_CONNECT_REFUSED :
+						  LIMITER_SIGNAL_CONNECT_TIMEOUT;
+	emit_signal(ss, kind, 0, 0);
+}
+
+/* The socket is done; an outstanding request ends with `kind`. */
+static __always_inline void request_ended(struct sock_state *ss, __u32 kind)
+{
+	if (ss->phase != LIMITER_PHASE_AWAITING)
+		return;
+	ss->phase = LIMITER_PHASE_IDLE;
+	emit_signal(ss, kind, 0, 0);
+}
+
+#endif /* LIMITER_SIGNAL_H */

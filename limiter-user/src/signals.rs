@@ -1,0 +1,135 @@
+//! The latency signal from the kernel, typed: samples and outcomes per destination.
+
+use std::os::fd::{AsFd, AsRawFd, RawFd};
+
+use aya::maps::{MapData, RingBuf};
+use limiter_common::{
+    DestKey, LimiterSignal, SIGNAL_CONNECT_REFUSED, SIGNAL_CONNECT_TIMEOUT, SIGNAL_ERROR,
+    SIGNAL_GAVE_UP, SIGNAL_HANDSHAKE, SIGNAL_SAMPLE,
+};
+
+/// What the kernel observed on one connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Signal {
+    /// A request's time to its first response byte, and the destination's in-flight count
+    /// when the request started.
+    Sample { latency_ns: u64, inflight: u32 },
+    /// The SYN was answered by a RST.
+    ConnectRefused,
+    /// The SYN was never answered, or the client gave up connecting.
+    ConnectTimeout,
+    /// Reset or closed by the peer while awaiting a response.
+    Error,
+    /// Closed locally while awaiting a response: the client gave up (its timeout).
+    GaveUp,
+    /// Connect to established (informational).
+    Handshake { rtt_ns: u64 },
+}
+
+impl Signal {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Signal::Sample { .. } => "sample",
+            Signal::ConnectRefused => "connect_refused",
+            Signal::ConnectTimeout => "connect_timeout",
+            Signal::Error => "error",
+            Signal::GaveUp => "gave_up",
+            Signal::Handshake { .. } => "handshake",
+        }
+    }
+
+    fn decode(raw: &LimiterSignal) -> Option<Self> {
+        Some(match raw.kind {
+            SIGNAL_SAMPLE => Signal::Sample {
+                latency_ns: raw.value_ns,
+                inflight: raw.inflight,
+            },
+            SIGNAL_CONNECT_REFUSED => Signal::ConnectRefused,
+            SIGNAL_CONNECT_TIMEOUT => Signal::ConnectTimeout,
+            SIGNAL_ERROR => Signal::Error,
+            SIGNAL_GAVE_UP => Signal::GaveUp,
+            SIGNAL_HANDSHAKE => Signal::Handshake {
+                rtt_ns: raw.value_ns,
+            },
+            _ => return None,
+        })
+    }
+}
+
+/// One signal, with where and when (kernel monotonic clock) it happened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SignalEvent {
+    pub dest: DestKey,
+    pub ts_ns: u64,
+    pub signal: Signal,
+}
+
+/// Reads the `signals` ring buffer without allocating.
+pub struct SignalReader {
+    ring: RingBuf<MapData>,
+}
+
+impl SignalReader {
+    pub fn new(ring: RingBuf<MapData>) -> Self {
+        SignalReader { ring }
+    }
+
+    /// Hands every pending signal to `consume`; returns how many there were.
+    pub fn drain(&mut self, mut consume: impl FnMut(SignalEvent)) -> usize {
+        let mut n = 0;
+        while let Some(item) = self.ring.next() {
+            if item.len() < std::mem::size_of::<LimiterSignal>() {
+                continue;
+            }
+            // SAFETY: the kernel wrote a whole LimiterSignal; the ring gives no alignment.
+            let raw: LimiterSignal = unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) };
+            if let Some(signal) = Signal::decode(&raw) {
+                n += 1;
+                consume(SignalEvent {
+                    dest: raw.dest,
+                    ts_ns: raw.ts_ns,
+                    signal,
+                });
+            }
+        }
+        n
+    }
+}
+
+/// Readable when the kernel forced a wake-up.
+impl AsRawFd for SignalReader {
+    fn as_raw_fd(&self) -> RawFd {
+        self.ring.as_fd().as_raw_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kernel_kind_decodes() {
+        let raw = |kind, value_ns| LimiterSignal {
+            kind,
+            value_ns,
+            inflight: 3,
+            ..Default::default()
+        };
+        assert_eq!(
+            Signal::decode(&raw(SIGNAL_SAMPLE, 7)),
+            Some(Signal::Sample {
+                latency_ns: 7,
+                inflight: 3
+            })
+        );
+        assert_eq!(Signal::decode(&raw(SIGNAL_CONNECT_REFUSED, 0)), Some(Signal::ConnectRefused));
+        assert_eq!(Signal::decode(&raw(SIGNAL_CONNECT_TIMEOUT, 0)), Some(Signal::ConnectTimeout));
+        assert_eq!(Signal::decode(&raw(SIGNAL_ERROR, 0)), Some(Signal::Error));
+        assert_eq!(Signal::decode(&raw(SIGNAL_GAVE_UP, 0)), Some(Signal::GaveUp));
+        assert_eq!(
+            Signal::decode(&raw(SIGNAL_HANDSHAKE, 9)),
+            Some(Signal::Handshake { rtt_ns: 9 })
+        );
+        assert_eq!(Signal::decode(&raw(99, 0)), None);
+    }
+}
