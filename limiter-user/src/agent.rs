@@ -3,12 +3,12 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use std::os::fd::AsRawFd;
 use tokio::{
     io::unix::AsyncFd,
     signal::unix::{self, SignalKind},
     time::{interval, MissedTickBehavior},
 };
-use std::os::fd::AsRawFd;
 
 use tracing::{debug, info};
 
@@ -16,10 +16,10 @@ use crate::{
     cgroup::Cgroup,
     enforcement::{Enforcement, Rings, Settings},
     events::DecisionLog,
-    signals::{Signal, SignalEvent, SignalReader},
     lock::AgentLock,
     pins::{self, PinDir},
     preflight,
+    signals::{Signal, SignalEvent, SignalReader},
 };
 
 /// Events below the kernel's wake-up threshold are picked up on this timer.
@@ -116,7 +116,10 @@ fn watch<T: AsRawFd>(reader: T) -> Result<AsyncFd<T>> {
 
 fn log_signal(ev: SignalEvent) {
     let (value_ns, inflight) = match ev.signal {
-        Signal::Sample { latency_ns, inflight } => (latency_ns, inflight),
+        Signal::Sample {
+            latency_ns,
+            inflight,
+        } => (latency_ns, inflight),
         Signal::Handshake { rtt_ns } => (rtt_ns, 0),
         _ => (0, 0),
     };

@@ -128,7 +128,9 @@ fn load_and_attach(
         tables.policies.insert(DestKey::new(p.addr), policy, 0)?;
     }
     let mut ring = |name: &str| -> Result<RingBuf<MapData>> {
-        let map = ebpf.take_map(name).with_context(|| format!("no {name} map"))?;
+        let map = ebpf
+            .take_map(name)
+            .with_context(|| format!("no {name} map"))?;
         Ok(RingBuf::try_from(map)?)
     };
     let rings = Rings {

@@ -122,10 +122,19 @@ mod tests {
                 inflight: 3
             })
         );
-        assert_eq!(Signal::decode(&raw(SIGNAL_CONNECT_REFUSED, 0)), Some(Signal::ConnectRefused));
-        assert_eq!(Signal::decode(&raw(SIGNAL_CONNECT_TIMEOUT, 0)), Some(Signal::ConnectTimeout));
+        assert_eq!(
+            Signal::decode(&raw(SIGNAL_CONNECT_REFUSED, 0)),
+            Some(Signal::ConnectRefused)
+        );
+        assert_eq!(
+            Signal::decode(&raw(SIGNAL_CONNECT_TIMEOUT, 0)),
+            Some(Signal::ConnectTimeout)
+        );
         assert_eq!(Signal::decode(&raw(SIGNAL_ERROR, 0)), Some(Signal::Error));
-        assert_eq!(Signal::decode(&raw(SIGNAL_GAVE_UP, 0)), Some(Signal::GaveUp));
+        assert_eq!(
+            Signal::decode(&raw(SIGNAL_GAVE_UP, 0)),
+            Some(Signal::GaveUp)
+        );
         assert_eq!(
             Signal::decode(&raw(SIGNAL_HANDSHAKE, 9)),
             Some(Signal::Handshake { rtt_ns: 9 })

@@ -158,6 +158,51 @@ pub enum Behaviour {
     Echo,
     /// Close at once, alternately with FIN and with RST.
     Close,
+    /// Answer each framed request (4-byte little-endian length, then the body) with a
+    /// first byte after `first_byte`, and the rest of the response after `hold`.
+    Respond {
+        first_byte: Duration,
+        hold: Duration,
+    },
+    /// Read one framed request, then reset the connection.
+    ResetAfterRequest,
+}
+
+/// Response size of `Behaviour::Respond`, which the probe knows too.
+const RESPONSE_BYTES: usize = 16;
+
+/// Reads one framed request; false at end of stream.
+fn read_request(stream: &mut TcpStream) -> bool {
+    use std::io::Read;
+    let mut len = [0u8; 4];
+    if stream.read_exact(&mut len).is_err() {
+        return false;
+    }
+    let mut body = vec![0u8; u32::from_le_bytes(len) as usize];
+    stream.read_exact(&mut body).is_ok()
+}
+
+fn serve(mut stream: TcpStream, behaviour: Behaviour) {
+    match behaviour {
+        Behaviour::Respond { first_byte, hold } => {
+            while read_request(&mut stream) {
+                std::thread::sleep(first_byte);
+                let _ = stream.write_all(&[0]);
+                std::thread::sleep(hold);
+                let _ = stream.write_all(&[0; RESPONSE_BYTES - 1]);
+            }
+        }
+        Behaviour::ResetAfterRequest => {
+            if read_request(&mut stream) {
+                let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
+            }
+        }
+        Behaviour::Echo => {
+            let mut reader = stream.try_clone().unwrap();
+            let _ = std::io::copy(&mut reader, &mut stream);
+        }
+        Behaviour::Hold | Behaviour::Close => unreachable!("served inline"),
+    }
 }
 
 /// A loopback server in the test process (outside the limited cgroup).
@@ -175,15 +220,12 @@ impl Upstream {
         let held = Arc::new(Mutex::new(Vec::new()));
         std::thread::spawn(move || {
             for (n, stream) in listener.incoming().enumerate() {
-                let Ok(mut stream) = stream else { continue };
+                let Ok(stream) = stream else { continue };
                 counter.fetch_add(1, Ordering::SeqCst);
                 match behaviour {
                     Behaviour::Hold => held.lock().unwrap().push(stream),
-                    Behaviour::Echo => {
-                        std::thread::spawn(move || {
-                            let mut reader = stream.try_clone().unwrap();
-                            let _ = std::io::copy(&mut reader, &mut stream);
-                        });
+                    Behaviour::Echo | Behaviour::Respond { .. } | Behaviour::ResetAfterRequest => {
+                        std::thread::spawn(move || serve(stream, behaviour));
                     }
                     Behaviour::Close => {
                         if n % 2 == 1 {
@@ -246,11 +288,13 @@ impl Agent {
     }
 
     pub fn start_command(mut cmd: Command, cgroup: &TestCgroup, args: &[&str]) -> Self {
+        if !cmd.get_envs().any(|(k, _)| k == "RUST_LOG") {
+            cmd.env("RUST_LOG", "info");
+        }
         let mut child = cmd
             .arg("--cgroup")
             .arg(cgroup.path())
             .args(args)
-            .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -284,6 +328,27 @@ impl Agent {
         self.child.id() as i32
     }
 
+    /// The latency signals the agent logged (start it with `signal_logging()`).
+    pub fn signals(&self) -> Vec<LoggedSignal> {
+        self.log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .filter(|v| v["target"] == "limiter_user::signals")
+            .map(|v| LoggedSignal {
+                kind: v["kind"].as_str().unwrap_or_default().to_string(),
+                destination: v["destination"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .parse()
+                    .unwrap(),
+                value_ns: v["value_ns"].as_u64().unwrap_or_default(),
+                inflight: v["inflight"].as_u64().unwrap_or_default(),
+            })
+            .collect()
+    }
+
     pub fn signal(&self, sig: i32) {
         // SAFETY: kill() on our own child's pid.
         unsafe { libc::kill(self.pid(), sig) };
@@ -309,6 +374,23 @@ impl Drop for Agent {
             let _ = self.child.wait();
         }
     }
+}
+
+/// One latency signal from the agent's debug log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoggedSignal {
+    pub kind: String,
+    pub destination: SocketAddr,
+    pub value_ns: u64,
+    pub inflight: u64,
+}
+
+/// An agent command that logs every latency signal as a JSON line.
+pub fn signal_logging() -> Command {
+    let mut cmd = Command::new(agent_bin());
+    cmd.env("RUST_LOG", "info,limiter_user::signals=debug")
+        .args(["--log-format", "json"]);
+    cmd
 }
 
 /// Runs the agent binary with `args` (status, detach, a failing run...).

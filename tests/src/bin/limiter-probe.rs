@@ -57,6 +57,21 @@ enum Cmd {
         #[arg(long, default_value_t = 2)]
         syn_timeouts: usize,
     },
+    /// Request/response exchanges on one keep-alive connection (the test upstream's framing:
+    /// a 4-byte little-endian length, then the body); prints "ttfb_ns N" per exchange,
+    /// measured from the first request byte written to the first response byte read.
+    Exchange {
+        #[arg(long)]
+        to: SocketAddr,
+        #[arg(long, default_value_t = 1)]
+        requests: usize,
+        /// Bytes per request, framing included.
+        #[arg(long, default_value_t = 64)]
+        request_bytes: usize,
+        /// Close right after sending the (single) request: the client gives up.
+        #[arg(long)]
+        give_up: bool,
+    },
     /// Connect a UDP socket; prints "ok" or "err ERRNO".
     Udp {
         #[arg(long)]
@@ -122,6 +137,12 @@ fn main() {
             wait_for_stdin_close();
             drop(held);
         }
+        Cmd::Exchange {
+            to,
+            requests,
+            request_bytes,
+            give_up,
+        } => exchange(&mut out, to, requests, request_bytes, give_up),
         Cmd::Udp { to } => {
             let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
             report(&mut out, sock.connect(to).map(|_| ()));
@@ -165,6 +186,49 @@ fn hold(
         }
     }
     held
+}
+
+/// Response size of the test upstream: one first byte, then the rest after its hold.
+const RESPONSE_BYTES: usize = 16;
+
+fn exchange(out: &mut impl Write, to: SocketAddr, requests: usize, size: usize, give_up: bool) {
+    let mut stream = TcpStream::connect(to).expect("connect");
+    let mut request = vec![0u8; size.max(4)];
+    let body_len = (request.len() - 4) as u32;
+    request[..4].copy_from_slice(&body_len.to_le_bytes());
+    for _ in 0..requests {
+        let start = std::time::Instant::now();
+        stream.write_all(&request).expect("send the request");
+        if give_up {
+            // Wait until every byte is acknowledged, so what ends is an awaited request.
+            while unacked(&stream) > 0 {
+                std::thread::yield_now();
+            }
+            writeln!(out, "gave_up").unwrap();
+            return;
+        }
+        let mut response = [0u8; RESPONSE_BYTES];
+        match stream.read_exact(&mut response[..1]) {
+            Ok(()) => {
+                writeln!(out, "ttfb_ns {}", start.elapsed().as_nanos()).unwrap();
+                stream
+                    .read_exact(&mut response[1..])
+                    .expect("read the response");
+            }
+            Err(e) => {
+                writeln!(out, "err {}", e.raw_os_error().unwrap_or(0)).unwrap();
+                return;
+            }
+        }
+    }
+}
+
+/// Bytes written but not yet acknowledged by the peer (SIOCOUTQ).
+fn unacked(stream: &TcpStream) -> i32 {
+    let mut queued: libc::c_int = 0;
+    // SAFETY: SIOCOUTQ writes one int.
+    unsafe { libc::ioctl(stream.as_raw_fd(), libc::TIOCOUTQ, &mut queued) };
+    queued
 }
 
 fn report(out: &mut impl Write, result: std::io::Result<()>) {

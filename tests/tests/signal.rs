@@ -1,0 +1,289 @@
+//! The latency signal: samples and outcomes from unmodified traffic (root, real kernel).
+
+use std::{net::SocketAddr, time::Duration};
+
+use limiter_integration_tests::*;
+
+fn respond(first_byte_ms: u64, hold_ms: u64) -> Upstream {
+    Upstream::start(
+        "127.0.0.1:0",
+        Behaviour::Respond {
+            first_byte: Duration::from_millis(first_byte_ms),
+            hold: Duration::from_millis(hold_ms),
+        },
+    )
+}
+
+fn start(cg: &TestCgroup) -> Agent {
+    Agent::start_command(
+        signal_logging(),
+        cg,
+        &["--algorithm", "fixed", "--limit", "100"],
+    )
+}
+
+/// Runs an exchange probe and returns the client's own time-to-first-byte figures.
+fn exchange(cg: &TestCgroup, to: SocketAddr, extra: &[&str]) -> Vec<u64> {
+    let mut args = vec!["exchange", "--to"];
+    let to = to.to_string();
+    args.push(&to);
+    args.extend_from_slice(extra);
+    let lines = Probe::spawn(cg, &args).lines_until_exit();
+    lines
+        .iter()
+        .map(|l| {
+            l.strip_prefix("ttfb_ns ")
+                .unwrap_or_else(|| panic!("{l}"))
+                .parse()
+                .unwrap()
+        })
+        .collect()
+}
+
+/// Waits until the agent has logged `n` signals of `kind` for `dest`, then returns them.
+fn wait_signals(agent: &Agent, dest: SocketAddr, kind: &str, n: usize) -> Vec<LoggedSignal> {
+    let of_kind = || -> Vec<LoggedSignal> {
+        agent
+            .signals()
+            .into_iter()
+            .filter(|s| s.destination == dest && s.kind == kind)
+            .collect()
+    };
+    wait_until(&format!("{n} {kind} signal(s) for {dest}"), || {
+        of_kind().len() >= n
+    });
+    of_kind()
+}
+
+/// Kernel and client agree within 1 ms + 5 %.
+fn assert_agrees(kernel_ns: u64, client_ns: u64) {
+    let diff = kernel_ns.abs_diff(client_ns) as f64;
+    let bound = 1e6 + 0.05 * client_ns as f64;
+    assert!(
+        diff <= bound,
+        "kernel {kernel_ns} ns vs client {client_ns} ns"
+    );
+}
+
+#[test]
+fn samples_agree_with_the_clients_own_time_to_first_byte() {
+    require_kernel!();
+    let cg = TestCgroup::new("ttfb");
+    let agent = start(&cg);
+    for delay_ms in [5, 50, 200] {
+        let up = respond(delay_ms, 0);
+        let client = exchange(&cg, up.addr, &[]);
+        let kernel = wait_signals(&agent, up.addr, "sample", 1);
+        assert_eq!(kernel.len(), 1);
+        assert_agrees(kernel[0].value_ns, client[0]);
+        assert!(kernel[0].value_ns >= delay_ms * 1_000_000);
+        assert_eq!(kernel[0].inflight, 1, "in flight when the request started");
+    }
+}
+
+#[test]
+fn a_keep_alive_connection_gives_one_sample_per_exchange() {
+    require_kernel!();
+    let cg = TestCgroup::new("keepalive");
+    let agent = start(&cg);
+    let up = respond(2, 0);
+    let client = exchange(&cg, up.addr, &["--requests", "20"]);
+    assert_eq!(client.len(), 20);
+    wait_until("the connection to end", || {
+        field(&cg, up.addr, "inflight") == 0
+    });
+    let kernel = wait_signals(&agent, up.addr, "sample", 20);
+    assert_eq!(kernel.len(), 20);
+    for (k, c) in kernel.iter().zip(&client) {
+        assert_agrees(k.value_ns, *c);
+    }
+    assert_eq!(wait_signals(&agent, up.addr, "handshake", 1).len(), 1);
+}
+
+#[test]
+fn a_streamed_response_is_timed_to_its_first_byte() {
+    require_kernel!();
+    let cg = TestCgroup::new("stream");
+    let agent = start(&cg);
+    let up = respond(280, 3000);
+    let client = exchange(&cg, up.addr, &[]);
+    let kernel = wait_signals(&agent, up.addr, "sample", 1);
+    wait_until("the connection to end", || {
+        field(&cg, up.addr, "inflight") == 0
+    });
+    let kernel_after = agent.signals();
+    let samples: Vec<_> = kernel_after.iter().filter(|s| s.kind == "sample").collect();
+    assert_eq!(samples.len(), 1, "the 3 s body adds no sample");
+    assert_agrees(kernel[0].value_ns, client[0]);
+    assert!(
+        kernel[0].value_ns < 1_000_000_000,
+        "first byte, not total duration"
+    );
+}
+
+#[test]
+fn a_large_upload_is_timed_from_its_first_byte() {
+    require_kernel!();
+    let cg = TestCgroup::new("upload");
+    let agent = start(&cg);
+    let up = respond(20, 0);
+    let client = exchange(&cg, up.addr, &["--request-bytes", "1048576"]);
+    wait_until("the connection to end", || {
+        field(&cg, up.addr, "inflight") == 0
+    });
+    let kernel = wait_signals(&agent, up.addr, "sample", 1);
+    assert_eq!(
+        kernel.len(),
+        1,
+        "one request, one sample, however many segments"
+    );
+    assert_agrees(kernel[0].value_ns, client[0]);
+}
+
+#[test]
+fn every_outcome_is_reported_once_per_connection() {
+    require_kernel!();
+    let cg = TestCgroup::new("outcomes");
+    let agent = start(&cg);
+
+    // RST to the SYN.
+    let refused = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let (_, lines) = Probe::hold(&cg, refused, 1);
+    assert_eq!(tally(&lines), (0, 1, 0));
+    // No answer to the SYN at all: the probe's churn gives two timed-out connects and
+    // one abandoned non-blocking connect per round.
+    let blackhole = Blackhole::new();
+    let echo = Upstream::start("127.0.0.1:0", Behaviour::Echo);
+    let closer = Upstream::start("127.0.0.1:0", Behaviour::Close);
+    let other_refused = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut churn = Probe::spawn(
+        &cg,
+        &[
+            "churn",
+            "--echo",
+            &echo.addr.to_string(),
+            "--closer",
+            &closer.addr.to_string(),
+            "--refused",
+            &other_refused.to_string(),
+            "--blackhole",
+            &blackhole.addr.to_string(),
+            "--rounds",
+            "1",
+            "--syn-timeouts",
+            "2",
+        ],
+    );
+    assert_eq!(churn.lines_until_exit(), ["done"]);
+    // The upstream resets while the request awaits its response.
+    let resetter = Upstream::start("127.0.0.1:0", Behaviour::ResetAfterRequest);
+    let lines =
+        Probe::spawn(&cg, &["exchange", "--to", &resetter.addr.to_string()]).lines_until_exit();
+    assert_eq!(lines, [format!("err {}", libc::ECONNRESET)]);
+    // The client closes while awaiting its response.
+    let slow = respond(2000, 0);
+    let lines = Probe::spawn(
+        &cg,
+        &["exchange", "--to", &slow.addr.to_string(), "--give-up"],
+    )
+    .lines_until_exit();
+    assert_eq!(lines, ["gave_up"]);
+
+    wait_until("every connection to end", || {
+        status(&cg).iter().all(|r| r["inflight"] == 0)
+    });
+    let count = |dest: SocketAddr, kind: &str| {
+        agent
+            .signals()
+            .iter()
+            .filter(|s| s.destination == dest && s.kind == kind)
+            .count()
+    };
+    wait_until("the last signals", || count(slow.addr, "gave_up") == 1);
+    assert_eq!(count(refused, "connect_refused"), 1);
+    assert_eq!(count(other_refused, "connect_refused"), 1);
+    assert_eq!(count(blackhole.addr, "connect_timeout"), 3);
+    assert_eq!(count(resetter.addr, "error"), 1);
+    assert_eq!(count(resetter.addr, "handshake"), 1);
+    assert_eq!(count(slow.addr, "gave_up"), 1);
+    assert_eq!(
+        count(slow.addr, "error"),
+        0,
+        "giving up is not an upstream error"
+    );
+    // Connections that ended normally report no outcome.
+    for kind in ["error", "gave_up", "connect_refused", "connect_timeout"] {
+        assert_eq!(count(echo.addr, kind), 0, "{kind} on a normal connection");
+    }
+    assert_eq!(count(echo.addr, "handshake"), 2);
+}
+
+#[test]
+fn ipv6_traffic_gives_samples_too() {
+    require_kernel!();
+    let cg = TestCgroup::new("ipv6signal");
+    let agent = start(&cg);
+    let up = Upstream::start(
+        "[::1]:0",
+        Behaviour::Respond {
+            first_byte: Duration::from_millis(10),
+            hold: Duration::ZERO,
+        },
+    );
+    let client = exchange(&cg, up.addr, &["--requests", "3"]);
+    let kernel = wait_signals(&agent, up.addr, "sample", 3);
+    for (k, c) in kernel.iter().zip(&client) {
+        assert_agrees(k.value_ns, *c);
+    }
+}
+
+#[test]
+fn an_overflowing_ring_buffer_counts_its_losses_and_never_stalls_the_application() {
+    require_kernel!();
+    let cg = TestCgroup::new("overflow");
+    // 4 KiB holds about 70 signals; nobody drains it while the agent is stopped.
+    let agent = Agent::start_command(
+        signal_logging(),
+        &cg,
+        &[
+            "--algorithm",
+            "fixed",
+            "--limit",
+            "100",
+            "--signal-buffer-kib",
+            "4",
+        ],
+    );
+    let up = respond(0, 0);
+    agent.signal(libc::SIGSTOP);
+    let client = exchange(&cg, up.addr, &["--requests", "500"]);
+    assert_eq!(client.len(), 500, "every request answered, no error");
+    agent.signal(libc::SIGCONT);
+
+    // 500 samples and one handshake were sent: each was either delivered or counted lost.
+    let drops = || -> usize {
+        let out = agent_command(&["status", "--cgroup", &cg.path().to_string_lossy()]);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.split("ring buffer drops ")
+            .nth(1)
+            .and_then(|t| t.split(',').next())
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no drop count in status: {text}"))
+    };
+    wait_until("every signal delivered or counted", || {
+        agent
+            .signals()
+            .iter()
+            .filter(|s| s.destination == up.addr)
+            .count()
+            + drops()
+            == 501
+    });
+    assert!(drops() > 0, "the ring buffer must have overflowed");
+}
