@@ -145,6 +145,7 @@ where
         .x_label_formatter(&|v| figure(*v))
         .y_label_formatter(&|v| figure(*v))
         .max_light_lines(0)
+        .y_labels(6)
         .draw()?;
     for s in series {
         let style = s.colour.stroke_width(s.width);

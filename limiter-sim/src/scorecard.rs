@@ -22,7 +22,113 @@ pub struct ExpectedFailure {
 }
 
 /// The failures the scorecard shows and the test suite expects (default seed).
-pub const EXPECTED_FAILURES: &[ExpectedFailure] = &[];
+pub const EXPECTED_FAILURES: &[ExpectedFailure] = &[
+    ExpectedFailure {
+        scenario: "converge",
+        algorithm: Algorithm::Gradient2,
+        reason: "tolerance 1.5 accepts a p90 up to 1.5x the baseline, which on this upstream means about 65 requests queued beyond C: the limit settles near 165 and swings by 30 %.",
+    },
+    ExpectedFailure {
+        scenario: "capacity-halves",
+        algorithm: Algorithm::Gradient2,
+        reason: "the baseline heals upward onto the queueing that tolerance 1.5 lets build, so the limit climbs to about 190 on half the workers and to the maximum afterwards.",
+    },
+    ExpectedFailure {
+        scenario: "streaming",
+        algorithm: Algorithm::Gradient2,
+        reason: "one step per window and, at one sample a second, one window per 30 s: it reaches the 45 streams the load needs only after about 13 minutes, past the 10-minute settling time.",
+    },
+    ExpectedFailure {
+        scenario: "baseline-shift",
+        algorithm: Algorithm::Gradient2,
+        reason: "the healed baseline lets the queue build again after the shift: the limit sits at 160..180, 1.7x C.",
+    },
+    ExpectedFailure {
+        scenario: "errors",
+        algorithm: Algorithm::Gradient2,
+        reason: "reacts to the burst, then recovers past C into the same tolerance overshoot as in converge (p95 179).",
+    },
+    ExpectedFailure {
+        scenario: "converge",
+        algorithm: Algorithm::Aimd,
+        reason: "error-driven by design: blind to latency, it climbs one step per window past C and is still climbing when the run ends.",
+    },
+    ExpectedFailure {
+        scenario: "capacity-halves",
+        algorithm: Algorithm::Aimd,
+        reason: "error-driven by design: no errors, so it keeps climbing through the halving, to the maximum.",
+    },
+    ExpectedFailure {
+        scenario: "streaming",
+        algorithm: Algorithm::Aimd,
+        reason: "one step per window and, at one sample a second, one window per 30 s: it reaches the 45 streams the load needs only after about 13 minutes.",
+    },
+    ExpectedFailure {
+        scenario: "low-traffic",
+        algorithm: Algorithm::Aimd,
+        reason: "error-driven by design: a 5x slowdown without errors does not move it.",
+    },
+    ExpectedFailure {
+        scenario: "baseline-shift",
+        algorithm: Algorithm::Aimd,
+        reason: "error-driven by design: blind to latency, it climbs to the maximum.",
+    },
+    ExpectedFailure {
+        scenario: "errors",
+        algorithm: Algorithm::Aimd,
+        reason: "falls on the burst (x0.9 per window with errors, to 22) but climbs back one step per window: 53 a minute after the burst.",
+    },
+    ExpectedFailure {
+        scenario: "converge",
+        algorithm: Algorithm::Gateway,
+        reason: "+sqrt(limit) growth against a 60 s fastest-RTT baseline makes a sawtooth between C and 2C.",
+    },
+    ExpectedFailure {
+        scenario: "capacity-halves",
+        algorithm: Algorithm::Gateway,
+        reason: "the same sawtooth: around 76 on half the workers and up to 174 after they return.",
+    },
+    ExpectedFailure {
+        scenario: "baseline-shift",
+        algorithm: Algorithm::Gateway,
+        reason: "the same sawtooth after the shift: 105..183.",
+    },
+    ExpectedFailure {
+        scenario: "errors",
+        algorithm: Algorithm::Gateway,
+        reason: "falls hard on the burst (x0.8 per error, to 7), then overshoots into the same sawtooth (up to 166).",
+    },
+    ExpectedFailure {
+        scenario: "converge",
+        algorithm: Algorithm::Fixed,
+        reason: "a static cap of 20 does not adapt to C = 100.",
+    },
+    ExpectedFailure {
+        scenario: "capacity-halves",
+        algorithm: Algorithm::Fixed,
+        reason: "a static cap of 20 does not adapt to C.",
+    },
+    ExpectedFailure {
+        scenario: "streaming",
+        algorithm: Algorithm::Fixed,
+        reason: "a static cap of 20 is below the 45 streams the load needs.",
+    },
+    ExpectedFailure {
+        scenario: "low-traffic",
+        algorithm: Algorithm::Fixed,
+        reason: "a static cap does not fall on a slowdown or on errors.",
+    },
+    ExpectedFailure {
+        scenario: "baseline-shift",
+        algorithm: Algorithm::Fixed,
+        reason: "a static cap of 20 does not adapt to C = 100.",
+    },
+    ExpectedFailure {
+        scenario: "errors",
+        algorithm: Algorithm::Fixed,
+        reason: "a static cap neither falls on errors nor reaches C = 100.",
+    },
+];
 
 pub fn expected_failure(scenario: &str, algorithm: Algorithm) -> Option<&'static str> {
     EXPECTED_FAILURES
@@ -147,10 +253,10 @@ fn render(cells: &[Vec<Cell>]) -> String {
             })
             .collect();
         let reason = expected_failure(cell.scenario.name, cell.algorithm)
-            .unwrap_or("not expected: a regression to investigate");
+            .unwrap_or("not expected: a regression to investigate.");
         let _ = writeln!(
             md,
-            "- {} x {}: {}. {reason}",
+            "- {} x {}: {}. Why: {reason}",
             cell.scenario.name,
             cell.algorithm,
             failed.join("; ")
