@@ -1,8 +1,10 @@
 //! The no-load latency: a running minimum of the smoothed latency that heals upward only on
 //! evidence.
 //!
-//! Downward it follows any lower smoothed latency at once (a lower latency is never a loaded
-//! one, and the median filter keeps one lucky window out). Upward it moves only when the
+//! Downward it follows a lower latency once the upstream has kept to it for five windows
+//! running (the highest p90 of the last five windows): a lower latency is never a loaded one,
+//! and requiring five windows keeps the minimum from settling on the low tail of the noise,
+//! which would read as a standing queue at every later window. Upward it moves only when the
 //! correlation window shows the latency settled at a new level that our own concurrency did
 //! not cause ([`Evidence::shows_external_shift`]), and then by at most [`MAX_HEAL_STEP`] per
 //! move, each move needing fresh evidence. A loaded latency follows in-flight, so it cannot
@@ -32,22 +34,24 @@ impl Baseline {
         self.evidence.shows_self_queueing()
     }
 
-    /// Takes the newest smoothed latency, the window's evidence (absent when the window
-    /// cannot testify: no own samples, or identical latencies), whether the filter is still
-    /// warming up and whether the latency has stopped moving; returns the baseline.
+    /// Takes the newest smoothed latency, the lowest latency the last five windows all kept
+    /// to, the window's evidence (absent when the window cannot testify: no own samples, or
+    /// identical latencies), whether the latency is still too noisy to be a minimum and
+    /// whether it has stopped moving; returns the baseline.
     ///
-    /// While the filter warms up its output is one or two windows' p90, too noisy to be a
-    /// minimum: a lucky first window would stay the baseline for good, so the baseline follows
-    /// the filter until it holds its full five windows.
+    /// While warming up (the filter holds fewer than five windows, or the p90 rests on fewer
+    /// latencies than a full window) a lucky value would stay the baseline for good, so the
+    /// baseline follows the filter instead of taking its minimum.
     pub fn observe(
         &mut self,
         smoothed: f64,
+        sustained: f64,
         point: Option<EvidencePoint>,
         warming_up: bool,
         settled: bool,
     ) -> f64 {
         let mut baseline = match self.value {
-            Some(b) if !warming_up => b.min(smoothed),
+            Some(b) if !warming_up => b.min(sustained),
             _ => smoothed,
         };
         if let Some(point) = point {
@@ -77,27 +81,27 @@ mod tests {
     #[test]
     fn follows_lower_latencies_at_once() {
         let mut b = Baseline::default();
-        assert_eq!(b.observe(10.0, point(5.0, 10.0), false, false), 10.0);
-        assert_eq!(b.observe(8.0, point(5.0, 8.0), false, false), 8.0);
-        assert_eq!(b.observe(12.0, point(5.0, 12.0), false, true), 8.0);
+        assert_eq!(b.observe(10.0, 10.0, point(5.0, 10.0), false, false), 10.0);
+        assert_eq!(b.observe(8.0, 8.0, point(5.0, 8.0), false, false), 8.0);
+        assert_eq!(b.observe(12.0, 12.0, point(5.0, 12.0), false, true), 8.0);
     }
 
     #[test]
     fn follows_the_filter_while_it_warms_up() {
         let mut b = Baseline::default();
-        assert_eq!(b.observe(8.0, None, true, false), 8.0);
-        assert_eq!(b.observe(10.0, None, true, false), 10.0);
-        assert_eq!(b.observe(12.0, None, false, false), 10.0);
+        assert_eq!(b.observe(8.0, 8.0, None, true, false), 8.0);
+        assert_eq!(b.observe(10.0, 10.0, None, true, false), 10.0);
+        assert_eq!(b.observe(12.0, 12.0, None, false, false), 10.0);
     }
 
     #[test]
     fn heals_by_at_most_a_doubling_and_then_needs_fresh_evidence() {
         let mut b = Baseline::default();
-        b.observe(1.0, point(100.0, 1.0), false, true);
+        b.observe(1.0, 1.0, point(100.0, 1.0), false, true);
         let mut baselines = vec![1.0];
         for i in 0..40 {
             let inflight = 100.0 - 2.0 * f64::from(i);
-            baselines.push(b.observe(10.0, point(inflight, 10.0), false, true));
+            baselines.push(b.observe(10.0, 10.0, point(inflight, 10.0), false, true));
         }
         baselines.dedup();
         assert!(baselines.len() >= 3, "{baselines:?}");
@@ -108,10 +112,10 @@ mod tests {
     #[test]
     fn does_not_heal_while_the_latency_is_still_moving() {
         let mut b = Baseline::default();
-        b.observe(1.0, point(100.0, 1.0), false, true);
+        b.observe(1.0, 1.0, point(100.0, 1.0), false, true);
         for i in 0..40 {
             let inflight = 100.0 - 2.0 * f64::from(i);
-            assert_eq!(b.observe(3.0, point(inflight, 3.0), false, false), 1.0);
+            assert_eq!(b.observe(3.0, 3.0, point(inflight, 3.0), false, false), 1.0);
         }
     }
 }

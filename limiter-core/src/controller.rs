@@ -19,6 +19,7 @@ const SETTLED: f64 = 0.1;
 pub struct DestinationController<A = AnyAlgorithm> {
     algorithm: A,
     limits: Limits,
+    min_samples: u32,
     limit: f64,
     published: u32,
     windows: Windows,
@@ -41,6 +42,7 @@ impl<A: LimitAlgorithm> DestinationController<A> {
         DestinationController {
             algorithm,
             limits,
+            min_samples: cfg.pipeline.min_samples,
             limit: f64::from(limits.initial),
             published: limits.initial,
             windows: Windows::new(cfg.pipeline, now_ns),
@@ -59,10 +61,15 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             throughput: window.throughput(),
             latency: p90,
         });
+        // A p90 over fewer latencies than a full window, or a filter short of five windows,
+        // is too noisy to be a minimum.
+        let warming_up = self.filter.is_warming_up() || window.p90_weight < self.min_samples;
+        let sustained = self.filter.recent_max().unwrap_or(smoothed);
         let baseline = self.baseline.observe(
             smoothed,
+            sustained,
             point,
-            self.filter.is_warming_up(),
+            warming_up,
             self.filter.is_settled(SETTLED),
         );
         Some(LatencyView {

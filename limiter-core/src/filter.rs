@@ -36,6 +36,12 @@ impl LatencyFilter {
         Some(held[self.len / 2])
     }
 
+    /// The highest p90 of the windows held: a latency the upstream has kept to for five
+    /// windows running, as opposed to one it touched once by chance.
+    pub fn recent_max(&self) -> Option<f64> {
+        self.recent[..self.len].iter().copied().reduce(f64::max)
+    }
+
     /// Adds one window's p90 and returns the smoothed latency.
     pub fn push(&mut self, p90: f64) -> f64 {
         self.recent[self.next] = p90;
@@ -80,6 +86,18 @@ mod tests {
         for p90 in [10.0, 10.0, 10.0, 1_000.0, 10.0] {
             assert_eq!(f.push(p90), 10.0);
         }
+    }
+
+    #[test]
+    fn recent_max_spans_the_last_five_windows() {
+        let mut f = LatencyFilter::new(0.5);
+        assert_eq!(f.recent_max(), None);
+        for p90 in [30.0, 10.0, 10.0, 10.0, 10.0] {
+            f.push(p90);
+        }
+        assert_eq!(f.recent_max(), Some(30.0));
+        f.push(10.0);
+        assert_eq!(f.recent_max(), Some(10.0));
     }
 
     #[test]

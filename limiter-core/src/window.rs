@@ -30,8 +30,10 @@ pub struct WindowSummary {
     pub errors: u32,
     /// Requests that timed out.
     pub timeouts: u32,
-    /// The window's p90 latency, if any latency is known.
+    /// The window's p90 latency, if the window has samples of its own.
     pub p90_ns: Option<f64>,
+    /// How many latencies the p90 rests on (a thin window's reach back included).
+    pub p90_weight: u32,
     /// Mean in-flight count at request start, over the window's samples.
     pub mean_inflight: f64,
     /// Highest in-flight count at request start.
@@ -132,18 +134,19 @@ impl Windows {
         elapsed_ns >= long_enough && self.events() >= p.min_samples
     }
 
-    /// A window without a sample of its own has no news: it reports no latency rather than
-    /// repeating the last one.
-    fn p90(&self) -> Option<f64> {
+    /// The p90 and how many latencies it rests on. A window without a sample of its own has
+    /// no news: it reports no latency rather than repeating the last one.
+    fn p90(&self) -> (Option<f64>, u32) {
         if self.samples == 0 {
-            return None;
+            return (None, 0);
         }
         let p = self.pipeline.quantile;
         let span = (self.samples as usize).max(self.pipeline.min_samples as usize);
         if span <= RING {
-            self.recent.quantile_of_last(span, p)
+            let span = span.min(self.recent.len());
+            (self.recent.quantile_of_last(span, p), span as u32)
         } else {
-            self.histogram.quantile(p)
+            (self.histogram.quantile(p), self.samples)
         }
     }
 
@@ -153,12 +156,14 @@ impl Windows {
         if !self.is_due(elapsed_ns) {
             return None;
         }
+        let (p90_ns, p90_weight) = self.p90();
         let summary = WindowSummary {
             duration_ns: elapsed_ns,
             samples: self.samples,
             errors: self.errors,
             timeouts: self.timeouts,
-            p90_ns: self.p90(),
+            p90_ns,
+            p90_weight,
             mean_inflight: if self.samples == 0 {
                 0.0
             } else {
@@ -231,6 +236,7 @@ mod tests {
         assert_eq!(w.close_if_due(59 * SEC), None);
         let thin = w.close_if_due(60 * SEC).expect("closed at the cap");
         assert_eq!(thin.samples, 4);
+        assert_eq!(thin.p90_weight, 44);
         // The last 50 latencies: 40 ms..=4 ms reaching back, plus four at 100 ms.
         let p90 = thin.p90_ns.unwrap();
         assert!(p90 > 39.0 * MS as f64 && p90 < 100.0 * MS as f64, "{p90}");

@@ -34,7 +34,12 @@ fn vegas_baseline_is_never_taken_from_a_loaded_window() {
     });
     let after = c.baseline_ns().unwrap() as f64;
     assert!(after < healthy * 1.1, "baseline {healthy} -> {after}");
-    assert_eq!(c.limit(), 4, "the limit sits at its floor while overloaded");
+    // Vegas cannot see a queue longer than the limit: it holds near beta = 6.
+    assert!(
+        c.limit() <= 8,
+        "the limit stays low while overloaded: {}",
+        c.limit()
+    );
 }
 
 /// Netflix Gradient2 adds its queue headroom whatever the gradient: with latency 1.6 x the

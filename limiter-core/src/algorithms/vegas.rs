@@ -1,10 +1,15 @@
 //! Vegas: estimate the queue our concurrency builds at the upstream and keep it between
 //! alpha and beta requests (Brakmo & Peterson; Netflix VegasLimit's units).
 //!
-//! queue = limit x (1 - baseline / latency), alpha = 3 log10(limit), beta = 6 log10(limit).
+//! queue = limit x (1 - baseline / latency), alpha = 3 log10(limit), beta = 6 log10(limit),
+//! with Netflix's log10: max(1, floor(log10(limit))), so alpha and beta are 3 and 6 below a
+//! limit of 100 and 6 and 12 up to 1000. Whole numbers of queued requests keep the band
+//! narrow at small limits, where a fractional log10 would let it span half the capacity.
 //! Run once per window instead of once per sample, so the steps are sized per window:
-//! - an empty queue (at most log10(limit)) grows by beta, Netflix's fast path;
-//! - a queue below alpha grows by log10(limit);
+//! - a queue below alpha grows the limit by beta x (1 - queue / alpha): by beta when the
+//!   queue is empty (Netflix's fast path), by less as the queue nears alpha. Netflix switches
+//!   from +beta to +1 at a queue of one request, which a p90 with a few percent of noise
+//!   crosses at random; the slope keeps recovery fast without that cliff;
 //! - a queue above beta shrinks by a quarter of the excess (at least log10(limit)): the
 //!   excess is the number of requests queued beyond beta, and a quarter of it per window
 //!   keeps the limit from overshooting while the filtered latency lags a few windows behind.
@@ -35,9 +40,9 @@ impl LimitAlgorithm for Vegas {
         let Some(latency) = verdict.latency else {
             return with_errors(limit, limit, verdict.error_pressure);
         };
-        let log = limit.max(1.0).log10();
+        let log = netflix_log10(limit);
         let (alpha, beta) = (3.0 * log, 6.0 * log);
-        let step = log.max(1.0);
+        let step = log;
         let queue = |rtt: f64| limit * (1.0 - latency.baseline / rtt.max(1.0)).max(0.0);
         let settled = queue(latency.smoothed);
         let fresh = queue(latency.smoothed.max(latency.latest));
@@ -45,15 +50,18 @@ impl LimitAlgorithm for Vegas {
             limit - (SHRINK_GAIN * (settled - beta)).max(step)
         } else if latency.self_queueing {
             limit - (QUEUEING_SHRINK * limit).max(step)
-        } else if fresh <= step {
-            limit + beta.max(1.0)
         } else if fresh < alpha {
-            limit + step
+            limit + beta * (1.0 - fresh / alpha)
         } else {
             limit
         };
         with_errors(limit, proposed, verdict.error_pressure)
     }
+}
+
+/// Netflix's `Log10RootFunction`: whole decades, at least one.
+fn netflix_log10(limit: f64) -> f64 {
+    limit.max(1.0).log10().floor().max(1.0)
 }
 
 #[cfg(test)]
@@ -76,14 +84,26 @@ mod tests {
 
     #[test]
     fn an_empty_queue_grows_by_beta() {
-        let next = Vegas.next_limit(100.0, &verdict(10.0, 10.0, 10.0));
-        assert!((next - 112.0).abs() < 1e-9, "{next}");
+        assert_eq!(Vegas.next_limit(100.0, &verdict(10.0, 10.0, 10.0)), 112.0);
+        assert_eq!(Vegas.next_limit(50.0, &verdict(10.0, 10.0, 10.0)), 56.0);
     }
 
     #[test]
-    fn a_short_queue_grows_by_one_step() {
-        // queue = 100 x (1 - 10/10.4) = 3.8: above log10(100) = 2, below alpha = 6.
-        assert_eq!(Vegas.next_limit(100.0, &verdict(10.4, 10.4, 10.0)), 102.0);
+    fn the_band_is_three_to_six_below_a_hundred() {
+        assert_eq!(netflix_log10(4.0), 1.0);
+        assert_eq!(netflix_log10(99.9), 1.0);
+        assert_eq!(netflix_log10(100.0), 2.0);
+        // queue = 60 x (1 - 10/11) = 5.5: inside 3..6 at 60, holds.
+        assert_eq!(Vegas.next_limit(60.0, &verdict(11.0, 11.0, 10.0)), 60.0);
+        // queue = 60 x (1 - 10/12) = 10: above 6, shrinks by (10 - 6) / 4 = 1.
+        assert_eq!(Vegas.next_limit(60.0, &verdict(12.0, 12.0, 10.0)), 59.0);
+    }
+
+    #[test]
+    fn growth_slows_as_the_queue_nears_alpha() {
+        // queue = 100 x (1 - 10/10.4) = 3.85 of alpha 6: grows by 12 x (1 - 3.85/6).
+        let next = Vegas.next_limit(100.0, &verdict(10.4, 10.4, 10.0));
+        assert!((next - 104.31).abs() < 0.01, "{next}");
     }
 
     #[test]
