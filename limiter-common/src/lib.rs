@@ -5,7 +5,7 @@
 
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-pub const ABI_VERSION: u32 = 2;
+pub const ABI_VERSION: u32 = 3;
 
 pub const MODE_DEFAULT: u32 = 0;
 pub const MODE_OFF: u32 = 1;
@@ -100,6 +100,8 @@ pub struct DestPolicy {
     pub mode: u32,
     pub baseline_ns: u64,
     pub p90_ns: u64,
+    pub account_as: DestKey,
+    pub _pad: u32,
 }
 
 #[repr(C)]
@@ -199,7 +201,7 @@ impl LimiterEvent {
 
 const _: () = {
     assert!(core::mem::size_of::<DestKey>() == 20);
-    assert!(core::mem::size_of::<DestPolicy>() == 24);
+    assert!(core::mem::size_of::<DestPolicy>() == 48);
     assert!(core::mem::size_of::<DestState>() == 72);
     assert!(core::mem::size_of::<LimiterConfig>() == 32);
     assert!(core::mem::size_of::<GlobalStats>() == 32);

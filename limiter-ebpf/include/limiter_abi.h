@@ -13,7 +13,7 @@
 
 #include <linux/types.h>
 
-#define LIMITER_ABI_VERSION 2
+#define LIMITER_ABI_VERSION 3
 
 /* Modes. 0 in a per-destination policy means "use the global default". */
 #define LIMITER_MODE_DEFAULT 0
@@ -54,9 +54,13 @@ struct dest_key {
  * controller's view, published so that `status` can show them without the agent. */
 struct dest_policy {
 	__u32 limit;
-	__u32 mode; /* LIMITER_MODE_* */
+	__u32 mode;        /* LIMITER_MODE_* */
 	__u64 baseline_ns; /* 0: not known yet */
 	__u64 p90_ns;      /* 0: not known yet */
+	/* Several addresses sharing one limit (a configured destination) are all counted under
+	 * this key, whose own policy holds the limit; port 0 means "this address itself". */
+	struct dest_key account_as;
+	__u32 _pad;
 };
 
 /* Owned by the kernel, created on a destination's first connect (LRU map). */

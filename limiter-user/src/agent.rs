@@ -1,110 +1,185 @@
-//! `limiter-user run`: attach, keep the heartbeat, report decisions, detach on a signal.
+//! `limiter-user run`: attach, then run the control loop until SIGTERM/SIGINT; SIGHUP
+//! reloads the configuration.
 
-use std::time::{Duration, Instant};
+use std::{
+    os::fd::AsRawFd,
+    time::{Duration, Instant},
+};
 
 use anyhow::{Context, Result};
-use std::os::fd::AsRawFd;
 use tokio::{
     io::unix::AsyncFd,
     signal::unix::{self, SignalKind},
     time::{interval, MissedTickBehavior},
 };
-
-use tracing::{debug, info};
+use tracing::{debug, error, info};
 
 use crate::{
     cgroup::Cgroup,
+    clock::monotonic_ns,
+    config::Config,
+    control::ControlLoop,
     enforcement::{Enforcement, Rings, Settings},
     events::DecisionLog,
     lock::AgentLock,
     pins::{self, PinDir},
+    plan::Plan,
     preflight,
     signals::{Signal, SignalEvent, SignalReader},
 };
 
-/// Events below the kernel's wake-up threshold are picked up on this timer.
-const DRAIN_EVERY: Duration = Duration::from_millis(100);
+/// The control loop's period (Envoy's concurrency update interval).
+const UPDATE_EVERY: Duration = Duration::from_millis(100);
+/// How often the kernel's destination table is compared with the controllers.
+const SYNC_EVERY: Duration = Duration::from_secs(1);
 
-pub fn run(cgroup: Cgroup, pin_dir: Option<PinDir>, settings: Settings) -> Result<()> {
+/// Where the configuration comes from, so that SIGHUP can read it again.
+pub trait ConfigSource {
+    fn load(&self) -> Result<Config>;
+}
+
+pub fn run(cgroup: Cgroup, pin_dir: Option<PinDir>, source: &dyn ConfigSource) -> Result<()> {
+    let config = source.load()?;
+    let plan = Plan::build(&config, None)?;
     preflight::check_privileges()?;
     let kernel = preflight::check_kernel()?;
     pins::ensure_bpffs()?;
     let pins = pin_dir.unwrap_or_else(|| PinDir::for_cgroup(&cgroup));
     let _lock = AgentLock::acquire(&cgroup.escaped_name())?;
+    let settings = Settings {
+        default_mode: config.mode,
+        initial_limit: plan.initial_limit(),
+        heartbeat_timeout: Duration::from_secs(config.heartbeat_timeout_secs),
+        max_destinations: config.max_destinations,
+        policies: plan.static_policies(),
+        signal_buffer_bytes: config.signal_buffer_kib * 1024,
+    };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
     runtime.block_on(async {
         // Handlers first: a SIGTERM that arrives while attaching must still detach.
-        let shutdown = Shutdown::install()?;
+        let signals = OsSignals::install()?;
         let (enforcement, rings) = Enforcement::attach(&cgroup, pins, &settings, &kernel)?;
         info!(
             cgroup = %cgroup.path().display(),
             pins = %enforcement.pins().path().display(),
-            mode = settings.default_mode.name(),
-            initial_limit = settings.initial_limit,
+            mode = config.mode.name(),
+            algorithm = %config.algorithm,
             "limiter attached"
         );
-        serve(enforcement, rings, shutdown, settings.heartbeat_timeout).await
+        let agent = Agent {
+            enforcement,
+            control: ControlLoop::new(plan),
+            config,
+        };
+        agent.serve(rings, signals, source).await
     })?;
     info!("limiter detached");
     Ok(())
 }
 
-/// SIGTERM and SIGINT: detach and exit.
-struct Shutdown {
+/// SIGTERM and SIGINT end the agent, SIGHUP reloads.
+struct OsSignals {
     term: unix::Signal,
     int: unix::Signal,
+    hup: unix::Signal,
 }
 
-impl Shutdown {
+impl OsSignals {
     fn install() -> Result<Self> {
-        Ok(Shutdown {
+        Ok(OsSignals {
             term: unix::signal(SignalKind::terminate())?,
             int: unix::signal(SignalKind::interrupt())?,
+            hup: unix::signal(SignalKind::hangup())?,
         })
     }
 }
 
-async fn serve(
-    mut enforcement: Enforcement,
-    rings: Rings,
-    mut shutdown: Shutdown,
-    heartbeat_timeout: Duration,
-) -> Result<()> {
-    // A few beats per timeout, so one late tick never trips the kernel's fail-open.
-    let mut heartbeat = interval((heartbeat_timeout / 4).min(Duration::from_secs(1)));
-    heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let mut drain = interval(DRAIN_EVERY);
-    let mut decisions = watch(DecisionLog::new(rings.decisions))?;
-    let mut samples = watch(SignalReader::new(rings.signals))?;
+struct Agent {
+    enforcement: Enforcement,
+    control: ControlLoop,
+    config: Config,
+}
 
-    loop {
-        tokio::select! {
-            _ = heartbeat.tick() => enforcement.heartbeat()?,
-            ready = decisions.readable_mut() => {
-                let mut guard = ready?;
-                guard.get_inner_mut().drain();
-                guard.clear_ready();
+impl Agent {
+    async fn serve(
+        mut self,
+        rings: Rings,
+        mut os: OsSignals,
+        source: &dyn ConfigSource,
+    ) -> Result<()> {
+        let heartbeat_timeout = Duration::from_secs(self.config.heartbeat_timeout_secs);
+        // A few beats per timeout, so one late tick never trips the kernel's fail-open.
+        let mut heartbeat = interval((heartbeat_timeout / 4).min(Duration::from_secs(1)));
+        heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut update = interval(UPDATE_EVERY);
+        update.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut sync = interval(SYNC_EVERY);
+        let mut resolve = interval(Duration::from_secs(self.config.resolve_interval_secs));
+        resolve.tick().await;
+        let mut decisions = watch(DecisionLog::new(rings.decisions))?;
+        let mut signals = watch(SignalReader::new(rings.signals))?;
+
+        loop {
+            tokio::select! {
+                _ = heartbeat.tick() => self.enforcement.heartbeat()?,
+                ready = decisions.readable_mut() => {
+                    let mut guard = ready?;
+                    guard.get_inner_mut().drain();
+                    guard.clear_ready();
+                }
+                ready = signals.readable_mut() => {
+                    let mut guard = ready?;
+                    let control = &mut self.control;
+                    guard.get_inner_mut().drain(|ev| consume(control, ev));
+                    guard.clear_ready();
+                }
+                _ = update.tick() => {
+                    let control = &mut self.control;
+                    signals.get_mut().drain(|ev| consume(control, ev));
+                    self.control.update(monotonic_ns(), &mut self.enforcement.tables)?;
+                    decisions.get_mut().drain();
+                    decisions.get_mut().summarise(Instant::now());
+                }
+                _ = sync.tick() => self.control.sync(monotonic_ns(), &mut self.enforcement.tables)?,
+                _ = resolve.tick() => {
+                    if !self.config.destinations.iter().any(|d| d.host.is_some()) {
+                        continue;
+                    }
+                    let config = self.config.clone();
+                    if let Err(e) = self.apply(config) {
+                        error!("re-resolving destinations failed, keeping the previous addresses: {e:#}");
+                    }
+                }
+                _ = os.hup.recv() => match source.load().and_then(|config| self.apply(config)) {
+                    Ok(()) => info!("configuration reloaded"),
+                    Err(e) => error!("reload failed, keeping the previous configuration: {e:#}"),
+                },
+                _ = os.term.recv() => break,
+                _ = os.int.recv() => break,
             }
-            ready = samples.readable_mut() => {
-                let mut guard = ready?;
-                guard.get_inner_mut().drain(log_signal);
-                guard.clear_ready();
-            }
-            _ = drain.tick() => {
-                decisions.get_mut().drain();
-                decisions.get_mut().summarise(Instant::now());
-                samples.get_mut().drain(log_signal);
-            }
-            _ = shutdown.term.recv() => break,
-            _ = shutdown.int.recv() => break,
         }
+        // Dropping the enforcement detaches the programs and removes the pins.
+        Ok(())
     }
-    // Dropping the enforcement detaches the programs and removes the pins.
-    drop(enforcement);
-    Ok(())
+
+    /// Switches to `config`; on error nothing changes.
+    fn apply(&mut self, config: Config) -> Result<()> {
+        let plan = Plan::build(&config, Some(self.control.plan()))?;
+        self.enforcement
+            .set_defaults(config.mode, plan.initial_limit())?;
+        self.control
+            .apply(plan, monotonic_ns(), &mut self.enforcement.tables)?;
+        self.config = config;
+        Ok(())
+    }
+}
+
+fn consume(control: &mut ControlLoop, ev: SignalEvent) {
+    log_signal(&ev);
+    control.on_signal(ev);
 }
 
 /// Registers a ring-buffer reader with the runtime, to wake when the kernel forces it.
@@ -114,7 +189,7 @@ fn watch<T: AsRawFd>(reader: T) -> Result<AsyncFd<T>> {
     Ok(unsafe { AsyncFd::register(reader) }.map_err(std::io::Error::from)?)
 }
 
-fn log_signal(ev: SignalEvent) {
+fn log_signal(ev: &SignalEvent) {
     let (value_ns, inflight) = match ev.signal {
         Signal::Sample {
             latency_ns,

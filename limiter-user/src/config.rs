@@ -7,7 +7,7 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 use limiter_common::{MODE_OFF, MODE_PROD, MODE_SHADOW};
-use limiter_core::config::Algorithm;
+use limiter_core::{Algorithm, ControlConfig, Limits};
 use serde::{Deserialize, Serialize};
 
 /// What the limiter does with a destination.
@@ -58,7 +58,7 @@ pub struct Config {
     #[serde(default = "default_algorithm")]
     pub algorithm: Algorithm,
     #[serde(default)]
-    pub limits: LimitsConfig,
+    pub limits: Limits,
     /// The limit of `algorithm = "fixed"` (defaults to the initial limit).
     pub limit: Option<u32>,
     /// Seconds without an agent heartbeat after which the kernel admits everything.
@@ -70,31 +70,13 @@ pub struct Config {
     /// Size of the kernel's latency-signal ring buffer; a full one drops (and counts) events.
     #[serde(default = "default_signal_buffer_kib")]
     pub signal_buffer_kib: u32,
+    /// How often `host` destinations are resolved again.
+    #[serde(default = "default_resolve_interval")]
+    pub resolve_interval_secs: u64,
     #[serde(default, rename = "destination")]
     pub destinations: Vec<DestinationConfig>,
     #[serde(default, rename = "exclude")]
     pub excludes: Vec<ExcludeConfig>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LimitsConfig {
-    #[serde(default = "default_initial")]
-    pub initial: u32,
-    #[serde(default = "default_min")]
-    pub min: u32,
-    #[serde(default = "default_max")]
-    pub max: u32,
-}
-
-impl Default for LimitsConfig {
-    fn default() -> Self {
-        LimitsConfig {
-            initial: default_initial(),
-            min: default_min(),
-            max: default_max(),
-        }
-    }
 }
 
 /// Several addresses sharing one limit, with optional overrides.
@@ -125,15 +107,6 @@ fn default_mode() -> Mode {
 fn default_algorithm() -> Algorithm {
     Algorithm::Vegas
 }
-fn default_initial() -> u32 {
-    20
-}
-fn default_min() -> u32 {
-    4
-}
-fn default_max() -> u32 {
-    200
-}
 fn default_heartbeat_timeout() -> u64 {
     10
 }
@@ -142,6 +115,9 @@ fn default_max_destinations() -> u32 {
 }
 fn default_signal_buffer_kib() -> u32 {
     1024
+}
+fn default_resolve_interval() -> u64 {
+    30
 }
 
 impl Config {
@@ -167,17 +143,12 @@ impl Config {
     }
 
     pub fn validate(&self) -> Result<()> {
-        let l = self.limits;
-        if l.min == 0 || l.min > l.max || l.initial < l.min || l.initial > l.max {
-            bail!(
-                "limits must satisfy 1 <= min <= initial <= max (min {}, initial {}, max {})",
-                l.min,
-                l.initial,
-                l.max
-            );
-        }
+        validate_limits(self.limits).context("[limits]")?;
         if self.limit == Some(0) {
             bail!("limit must be at least 1");
+        }
+        if self.resolve_interval_secs == 0 {
+            bail!("resolve_interval_secs must be at least 1");
         }
         if self.heartbeat_timeout_secs == 0 {
             bail!("heartbeat_timeout_secs must be at least 1");
@@ -199,25 +170,56 @@ impl Config {
             if d.limit == Some(0) {
                 bail!("destination `{}`: limit must be at least 1", d.name);
             }
+            validate_limits(self.destination_limits(d))
+                .with_context(|| format!("destination `{}`", d.name))?;
+        }
+        let mut names = std::collections::HashSet::new();
+        if let Some(d) = self.destinations.iter().find(|d| !names.insert(&d.name)) {
+            bail!("destination `{}` is defined twice", d.name);
         }
         Ok(())
     }
 
-    /// The limit a destination without its own controller starts at.
-    pub fn initial_limit(&self) -> u32 {
-        match self.algorithm {
-            Algorithm::Fixed => self.limit.unwrap_or(self.limits.initial),
-            _ => self.limits.initial,
+    /// The controller of destinations without a configuration of their own.
+    pub fn control(&self) -> ControlConfig {
+        ControlConfig {
+            algorithm: self.algorithm,
+            limits: self.limits,
+            fixed_limit: self.limit,
+            ..ControlConfig::default()
         }
     }
+
+    /// A configured destination's controller: its overrides over the global settings.
+    pub fn destination_control(&self, d: &DestinationConfig) -> ControlConfig {
+        ControlConfig {
+            algorithm: d.algorithm.unwrap_or(self.algorithm),
+            limits: self.destination_limits(d),
+            fixed_limit: d.limit.or(self.limit),
+            ..ControlConfig::default()
+        }
+    }
+
+    fn destination_limits(&self, d: &DestinationConfig) -> Limits {
+        Limits {
+            initial: d.initial.unwrap_or(self.limits.initial),
+            min: d.min.unwrap_or(self.limits.min),
+            max: d.max.unwrap_or(self.limits.max),
+        }
+    }
+
 }
 
-/// A destination's kernel policy, from its configuration.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StaticPolicy {
-    pub addr: SocketAddr,
-    pub mode: Mode,
-    pub limit: u32,
+fn validate_limits(l: Limits) -> Result<()> {
+    if l.min == 0 || l.min > l.max || l.initial < l.min || l.initial > l.max {
+        bail!(
+            "limits must satisfy 1 <= min <= initial <= max (min {}, initial {}, max {})",
+            l.min,
+            l.initial,
+            l.max
+        );
+    }
+    Ok(())
 }
 
 impl DestinationConfig {
@@ -234,36 +236,6 @@ impl DestinationConfig {
             }
         }
     }
-}
-
-/// Every address with a configured policy: destinations, then exclusions (which win).
-pub fn static_policies(config: &Config) -> Result<Vec<StaticPolicy>> {
-    let mut out = Vec::new();
-    for d in &config.destinations {
-        let algorithm = d.algorithm.unwrap_or(config.algorithm);
-        let limit = match algorithm {
-            Algorithm::Fixed => d.limit.or(d.initial).unwrap_or(config.initial_limit()),
-            _ => d.initial.unwrap_or(config.limits.initial),
-        };
-        for addr in d.resolve()? {
-            out.push(StaticPolicy {
-                addr,
-                mode: d.mode.unwrap_or(config.mode),
-                limit,
-            });
-        }
-    }
-    for e in &config.excludes {
-        for &addr in &e.addresses {
-            out.retain(|p| p.addr != addr);
-            out.push(StaticPolicy {
-                addr,
-                mode: Mode::Off,
-                limit: 0,
-            });
-        }
-    }
-    Ok(out)
 }
 
 #[cfg(test)]
@@ -310,11 +282,10 @@ addresses = ["127.0.0.53:53"]
         let c = Config::load(f.path()).unwrap();
         let again: Config = toml::from_str(&toml::to_string(&c).unwrap()).unwrap();
         assert_eq!(c, again);
-        let policies = static_policies(&c).unwrap();
-        assert_eq!(policies.len(), 3);
-        assert_eq!(policies[0].mode, Mode::Shadow);
-        assert_eq!(policies[0].limit, 50);
-        assert_eq!(policies[2].mode, Mode::Off);
+        let payments = c.destination_control(&c.destinations[0]);
+        assert_eq!(payments.algorithm, Algorithm::Fixed);
+        assert_eq!(payments.effective_limits().initial, 50);
+        assert_eq!(c.control().algorithm, Algorithm::Vegas);
     }
 
     #[test]
@@ -356,6 +327,20 @@ addresses = ["127.0.0.53:53"]
     #[test]
     fn fixed_limit_defaults_to_initial() {
         let c: Config = toml::from_str("algorithm = \"fixed\"\n[limits]\ninitial = 7\n").unwrap();
-        assert_eq!(c.initial_limit(), 7);
+        assert_eq!(c.control().effective_limits().initial, 7);
+    }
+
+    #[test]
+    fn destination_bounds_are_checked_against_the_global_ones() {
+        let f = write("[limits]\nmax = 50\n[[destination]]\nname = \"x\"\naddresses = [\"127.0.0.1:1\"]\ninitial = 80\n");
+        let err = format!("{:#}", Config::load(f.path()).unwrap_err());
+        assert!(err.contains("destination `x`") && err.contains("min <= initial <= max"), "{err}");
+    }
+
+    #[test]
+    fn destination_names_are_unique() {
+        let f = write("[[destination]]\nname = \"x\"\naddresses = [\"127.0.0.1:1\"]\n[[destination]]\nname = \"x\"\naddresses = [\"127.0.0.1:2\"]\n");
+        let err = format!("{:#}", Config::load(f.path()).unwrap_err());
+        assert!(err.contains("defined twice"), "{err}");
     }
 }

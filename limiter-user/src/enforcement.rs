@@ -14,7 +14,7 @@ use limiter_common::{maps, DestKey, DestPolicy, LimiterConfig, SockState, ABI_VE
 use tracing::info;
 
 use crate::{
-    cgroup::Cgroup, clock::monotonic_ns, config::Mode, config::StaticPolicy, pins::PinDir,
+    cgroup::Cgroup, clock::monotonic_ns, config::Mode, pins::PinDir,
     preflight::Kernel, seed, tables::Tables,
 };
 
@@ -28,7 +28,8 @@ pub struct Settings {
     pub initial_limit: u32,
     pub heartbeat_timeout: Duration,
     pub max_destinations: u32,
-    pub policies: Vec<StaticPolicy>,
+    /// Written before any connect is seen (exclusions, grouped addresses).
+    pub policies: Vec<(DestKey, DestPolicy)>,
     pub signal_buffer_bytes: u32,
 }
 
@@ -82,6 +83,14 @@ impl Enforcement {
         self.tables.set_config(&config)
     }
 
+    /// The global mode and the limit of destinations no controller has spoken for yet.
+    pub fn set_defaults(&mut self, mode: Mode, initial_limit: u32) -> Result<()> {
+        let mut config = self.tables.config()?;
+        config.default_mode = mode.abi();
+        config.initial_limit = initial_limit;
+        self.tables.set_config(&config)
+    }
+
     pub fn pins(&self) -> &PinDir {
         &self.pins
     }
@@ -119,13 +128,8 @@ fn load_and_attach(
         heartbeat_ns: monotonic_ns(),
         heartbeat_timeout_ns: settings.heartbeat_timeout.as_nanos() as u64,
     })?;
-    for p in &settings.policies {
-        let policy = DestPolicy {
-            limit: p.limit,
-            mode: p.mode.abi(),
-            ..Default::default()
-        };
-        tables.policies.insert(DestKey::new(p.addr), policy, 0)?;
+    for (key, policy) in &settings.policies {
+        tables.policies.insert(key, policy, 0)?;
     }
     let mut ring = |name: &str| -> Result<RingBuf<MapData>> {
         let map = ebpf

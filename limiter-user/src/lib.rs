@@ -8,18 +8,20 @@ mod cgroup;
 mod cli;
 mod clock;
 mod config;
+mod control;
 mod enforcement;
 mod events;
 mod lock;
 mod logging;
 mod pins;
+mod plan;
 mod preflight;
 mod seed;
 mod signals;
 mod status;
 mod tables;
 
-use std::{path::PathBuf, process::ExitCode, time::Duration};
+use std::{path::PathBuf, process::ExitCode};
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
@@ -28,7 +30,6 @@ use crate::{
     cgroup::Cgroup,
     cli::{Cli, Command, DetachArgs, RunArgs, StatusArgs},
     config::Config,
-    enforcement::Settings,
     lock::AgentLock,
     pins::PinDir,
     tables::Tables,
@@ -58,53 +59,38 @@ fn run(args: RunArgs) -> Result<()> {
         bail!("--cgroup PATH is required: the cgroup v2 directory of the processes to protect");
     };
     let cgroup = Cgroup::new(path)?;
-    let config = merged_config(&args)?;
-    let settings = Settings {
-        default_mode: config.mode,
-        initial_limit: config.initial_limit(),
-        heartbeat_timeout: Duration::from_secs(config.heartbeat_timeout_secs),
-        max_destinations: config.max_destinations,
-        policies: config::static_policies(&config)?,
-        signal_buffer_bytes: config.signal_buffer_kib * 1024,
-    };
-    if config.algorithm != limiter_core::config::Algorithm::Fixed {
-        tracing::warn!(
-            algorithm = %config.algorithm,
-            "adaptive control is not wired into the agent yet: every destination keeps its initial limit"
-        );
-    }
-    agent::run(cgroup, args.pin_dir.map(PinDir::at), settings)
+    agent::run(cgroup, args.pin_dir.clone().map(PinDir::at), &args)
 }
 
-/// The file (or the embedded defaults), then the flags on top.
-fn merged_config(args: &RunArgs) -> Result<Config> {
-    let mut config = match &args.config {
-        Some(path) => Config::load(path)?,
-        None => Config::defaults(),
-    };
-    if let Some(mode) = args.mode {
-        config.mode = mode;
+/// The file (or the embedded defaults), then the flags on top; read again on SIGHUP.
+impl agent::ConfigSource for RunArgs {
+    fn load(&self) -> Result<Config> {
+        let mut config = match &self.config {
+            Some(path) => Config::load(path)?,
+            None => Config::defaults(),
+        };
+        if let Some(mode) = self.mode {
+            config.mode = mode;
+        }
+        if let Some(algorithm) = self.algorithm {
+            config.algorithm = algorithm;
+        }
+        if self.limit.is_some() {
+            config.limit = self.limit;
+        }
+        let limits = &mut config.limits;
+        limits.initial = self.initial_limit.unwrap_or(limits.initial);
+        limits.min = self.min_limit.unwrap_or(limits.min);
+        limits.max = self.max_limit.unwrap_or(limits.max);
+        config.heartbeat_timeout_secs = self.heartbeat_timeout.unwrap_or(config.heartbeat_timeout_secs);
+        config.max_destinations = self.max_destinations.unwrap_or(config.max_destinations);
+        config.signal_buffer_kib = self.signal_buffer_kib.unwrap_or(config.signal_buffer_kib);
+        if self.limit.is_some() && config.algorithm != limiter_core::Algorithm::Fixed {
+            bail!("--limit sets the limit of the fixed algorithm: add --algorithm fixed");
+        }
+        config.validate().context("invalid flags")?;
+        Ok(config)
     }
-    if let Some(algorithm) = args.algorithm {
-        config.algorithm = algorithm;
-    }
-    if args.limit.is_some() {
-        config.limit = args.limit;
-    }
-    let limits = &mut config.limits;
-    limits.initial = args.initial_limit.unwrap_or(limits.initial);
-    limits.min = args.min_limit.unwrap_or(limits.min);
-    limits.max = args.max_limit.unwrap_or(limits.max);
-    config.heartbeat_timeout_secs = args
-        .heartbeat_timeout
-        .unwrap_or(config.heartbeat_timeout_secs);
-    config.max_destinations = args.max_destinations.unwrap_or(config.max_destinations);
-    config.signal_buffer_kib = args.signal_buffer_kib.unwrap_or(config.signal_buffer_kib);
-    if args.limit.is_some() && config.algorithm != limiter_core::config::Algorithm::Fixed {
-        bail!("--limit sets the limit of the fixed algorithm: add --algorithm fixed");
-    }
-    config.validate().context("invalid flags")?;
-    Ok(config)
 }
 
 /// The pin directory named by --pin-dir or --cgroup, or the only one there is.

@@ -75,6 +75,18 @@ impl Tables {
         Ok(self.config.set(0, config, 0)?)
     }
 
+    /// Removes a destination's policy; one that is not there is fine.
+    pub fn remove_policy(&mut self, key: &DestKey) -> Result<()> {
+        match self.policies.remove(key) {
+            Err(aya::maps::MapError::SyscallError(e))
+                if e.io_error.raw_os_error() == Some(libc::ENOENT) =>
+            {
+                Ok(())
+            }
+            result => Ok(result?),
+        }
+    }
+
     /// Every destination the kernel knows, with the agent's policy for it, sorted by address.
     pub fn destinations(&self) -> Result<Vec<(DestKey, DestState, Option<DestPolicy>)>> {
         let mut rows = Vec::new();

@@ -64,6 +64,11 @@ static __always_inline int admit(struct bpf_sock_addr *ctx, const struct dest_ke
 	mode = policy && policy->mode != LIMITER_MODE_DEFAULT ? policy->mode : cfg->default_mode;
 	if (mode != LIMITER_MODE_SHADOW && mode != LIMITER_MODE_PROD)
 		return CONNECT_ALLOW;
+	/* A member of a configured destination is counted, and limited, under its group's key. */
+	if (policy && policy->account_as.port) {
+		key = &policy->account_as;
+		policy = bpf_map_lookup_elem(&policies, key);
+	}
 	limit = policy ? policy->limit : cfg->initial_limit;
 
 	ss = bpf_sk_storage_get(&sockets, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
