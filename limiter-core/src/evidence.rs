@@ -11,12 +11,16 @@
 pub const CORRELATION_WINDOWS: usize = 50;
 /// A window is elevated when its p90 is at least this multiple of the baseline.
 const ELEVATED: f64 = 1.25;
-/// Elevated windows needed before any conclusion.
+/// Elevated windows a conclusion rests on: the newest ones only, because a regression pooled
+/// across a change of regime (capacity halved, say) reads the step between the regimes as a
+/// correlation that neither regime has.
 const MIN_ELEVATED: usize = 10;
 /// The newest windows must all be elevated: the latency sits at its new level now.
 const RECENT_ELEVATED: usize = 5;
 /// Standard deviation of log in-flight below which in-flight did not vary enough to tell.
 const MIN_INFLIGHT_SPREAD: f64 = 0.1;
+/// Standard deviation of log latency above which the latency has not settled at one level.
+const MAX_LATENCY_SPREAD: f64 = 0.1;
 /// Latency elasticity at or below which latency is not following in-flight.
 const MAX_LATENCY_SLOPE: f64 = 0.5;
 /// Throughput elasticity at or above which more concurrency still buys throughput.
@@ -28,11 +32,13 @@ const QUEUEING_LATENCY_SLOPE: f64 = 0.7;
 /// Throughput elasticity at or below which more concurrency buys no throughput.
 const QUEUEING_THROUGHPUT_SLOPE: f64 = 0.3;
 
-/// Elasticities of latency and throughput with respect to in-flight.
+/// Elasticities of latency and throughput with respect to in-flight, and how much the
+/// latency itself varied.
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct Slopes {
     latency: f64,
     throughput: f64,
+    latency_spread: f64,
 }
 
 impl Slopes {
@@ -41,6 +47,7 @@ impl Slopes {
     fn over<'a>(points: impl Iterator<Item = &'a LogPoint>, min_points: usize) -> Option<Slopes> {
         let mut n = 0.0;
         let (mut sx, mut sxx, mut sl, mut sxl, mut st, mut sxt) = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
+        let mut sll = 0.0;
         for p in points {
             let (x, l, t) = (
                 f64::from(p.inflight),
@@ -52,6 +59,7 @@ impl Slopes {
             sxx += x * x;
             sl += l;
             sxl += x * l;
+            sll += l * l;
             st += t;
             sxt += x * t;
         }
@@ -65,6 +73,7 @@ impl Slopes {
         Some(Slopes {
             latency: (sxl / n - sx / n * sl / n) / var_x,
             throughput: (sxt / n - sx / n * st / n) / var_x,
+            latency_spread: (sll / n - (sl / n).powi(2)).max(0.0).sqrt(),
         })
     }
 }
@@ -130,8 +139,8 @@ impl Evidence {
     }
 
     /// Whether latency has settled above `baseline` for reasons other than our load: it is
-    /// elevated in the newest windows, and across the elevated windows in-flight varied while
-    /// latency did not follow it and throughput did.
+    /// elevated in the newest windows, and across the newest elevated windows in-flight varied
+    /// while latency stayed at one level, did not follow it, and throughput did.
     pub fn shows_external_shift(&self, baseline: f64) -> bool {
         let floor = (baseline.max(1.0) * ELEVATED).ln() as f32;
         let recent = self.newest_first().take(RECENT_ELEVATED);
@@ -139,10 +148,16 @@ impl Evidence {
             return false;
         }
         Slopes::over(
-            self.newest_first().filter(|p| p.latency >= floor),
+            self.newest_first()
+                .filter(|p| p.latency >= floor)
+                .take(MIN_ELEVATED),
             MIN_ELEVATED,
         )
-        .is_some_and(|s| s.latency <= MAX_LATENCY_SLOPE && s.throughput >= MIN_THROUGHPUT_SLOPE)
+        .is_some_and(|s| {
+            s.latency_spread <= MAX_LATENCY_SPREAD
+                && s.latency <= MAX_LATENCY_SLOPE
+                && s.throughput >= MIN_THROUGHPUT_SLOPE
+        })
     }
 
     /// Whether, over the newest windows, latency rose and fell with in-flight while throughput
@@ -197,6 +212,17 @@ mod tests {
         let mut e = Evidence::default();
         upstream(&mut e, &shrinking(), 100e6, 1_000.0);
         assert!(!e.shows_self_queueing());
+    }
+
+    #[test]
+    fn a_change_of_capacity_inside_the_window_is_not_a_shift() {
+        let mut e = Evidence::default();
+        // At capacity 100, then at capacity 50: each regime queues, the two pooled would not.
+        let high: Vec<f64> = (0..20).map(|i| 130.0 + 2.0 * f64::from(i)).collect();
+        let low: Vec<f64> = (0..14).map(|i| 170.0 - 6.0 * f64::from(i)).collect();
+        upstream(&mut e, &high, 140e6, 100.0);
+        upstream(&mut e, &low, 140e6, 50.0);
+        assert!(!e.shows_external_shift(100e6));
     }
 
     #[test]
