@@ -1,6 +1,9 @@
 //! `cargo xtask <task>`: what cargo alone cannot do.
 
-use std::process::Command;
+mod bench;
+mod client;
+
+use std::process::{Command, ExitCode};
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
@@ -17,11 +20,30 @@ enum Task {
     /// Formatting, lints, and every test, kernel tests included (their binaries run
     /// through `sudo -E` when you are not root).
     Test,
+    /// What the limiter costs, side by side with no limiter and with an egress proxy
+    /// (root; writes docs/benchmarks.md).
+    Bench(bench::Options),
+    /// A load generator the benchmarks start inside the limited cgroup.
+    #[command(hide = true)]
+    BenchClient(client::Options),
 }
 
-fn main() -> Result<()> {
-    match Cli::parse().task {
+fn main() -> ExitCode {
+    // The smoke run starts this very binary as the agent, so that it needs no build of its own.
+    if bench::agent::invoked_as_agent() {
+        return limiter_user::main();
+    }
+    let result = match Cli::parse().task {
         Task::Test => test(),
+        Task::Bench(options) => bench::run(options),
+        Task::BenchClient(options) => client::run(options),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("Error: {e:?}");
+            ExitCode::FAILURE
+        }
     }
 }
 

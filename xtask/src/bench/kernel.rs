@@ -1,0 +1,174 @@
+//! Kernel run time per program invocation, from the kernel's own BPF run-time statistics.
+
+use std::{collections::BTreeMap, os::fd::OwnedFd, path::Path, process::Command, time::Duration};
+
+use anyhow::{Context, Result};
+use limiter_integration_tests::{Behaviour, TempFile, TestCgroup, Upstream};
+use serde::Deserialize;
+
+use super::{
+    connect::{self, Condition},
+    exchange, process, Binaries, Scale,
+};
+
+/// Run count and total run time of one program.
+#[derive(Clone, Copy, Default, Debug, PartialEq)]
+pub struct RunTime {
+    pub runs: u64,
+    pub ns: u64,
+}
+
+impl RunTime {
+    pub fn per_run_ns(self) -> Option<f64> {
+        (self.runs > 0).then(|| self.ns as f64 / self.runs as f64)
+    }
+}
+
+/// What one workload cost in the kernel, per program.
+pub struct Workload {
+    pub name: &'static str,
+    /// Connections made, or exchanges completed.
+    pub units: u64,
+    pub unit: &'static str,
+    pub programs: BTreeMap<String, RunTime>,
+}
+
+impl Workload {
+    /// Kernel time of all programs together per connection or exchange.
+    pub fn ns_per_unit(&self) -> f64 {
+        self.programs.values().map(|r| r.ns).sum::<u64>() as f64 / self.units as f64
+    }
+}
+
+/// Run-time statistics are on while this lives; the kernel turns them off again when its
+/// descriptor closes, however the benchmark ends.
+struct StatsEnabled {
+    _fd: OwnedFd,
+}
+
+impl StatsEnabled {
+    fn new() -> Result<Self> {
+        let fd = aya::sys::enable_stats(aya::sys::Stats::RunTime)
+            .context("cannot enable BPF run-time statistics (BPF_ENABLE_STATS, Linux 5.8+)")?;
+        Ok(StatsEnabled { _fd: fd })
+    }
+}
+
+pub fn run(bins: &Binaries, scale: &Scale) -> Result<Vec<Workload>> {
+    let closer = Upstream::start("127.0.0.1:0", Behaviour::Close);
+    let holder = Upstream::start("127.0.0.1:0", Behaviour::Hold);
+    let echo = Upstream::start("127.0.0.1:0", Behaviour::Echo);
+    // One agent for all three: generous everywhere but at the holder, which admits one.
+    let config = TempFile::new(
+        "bench-kernel.toml",
+        &format!(
+            "mode = \"prod\"\nalgorithm = \"fixed\"\nlimit = 1000\n\n\
+             [[destination]]\nname = \"refusing\"\naddresses = [\"{}\"]\n\
+             algorithm = \"fixed\"\nlimit = 1\n",
+            holder.addr
+        ),
+    );
+    let cgroup = TestCgroup::new("bench-kernel");
+    let _stats = StatsEnabled::new()?;
+    let _agent = bins
+        .agent
+        .start(&cgroup, &["--config", &config.0.to_string_lossy()])?;
+    let mut workloads = Vec::new();
+    let mut before = attached_programs(cgroup.path())?;
+    let mut measure = |name, units, unit| -> Result<()> {
+        let after = attached_programs(cgroup.path())?;
+        let programs = delta(&before, &after);
+        before = after;
+        workloads.push(Workload {
+            name,
+            units,
+            unit,
+            programs,
+        });
+        Ok(())
+    };
+
+    let n = scale.kernel_connects;
+    connect::connect_loop(bins, &cgroup, closer.addr, n, Condition::GenerousLimit)?;
+    measure("connect+close, admitted", n as u64, "connection")?;
+    connect::connect_loop(bins, &cgroup, holder.addr, n, Condition::Refusing)?;
+    measure("connect refused", n as u64, "connection")?;
+    let load = exchange::Load::one_destination(scale.samples_per_second);
+    let (report, ()) = exchange::run(bins, &cgroup, &[echo.addr], &load, || {
+        std::thread::sleep(Duration::from_secs_f64(scale.kernel_exchange_secs));
+        Ok(())
+    })?;
+    measure("keep-alive request/response", report.exchanges, "exchange")?;
+    Ok(workloads)
+}
+
+fn delta(
+    before: &BTreeMap<String, RunTime>,
+    after: &BTreeMap<String, RunTime>,
+) -> BTreeMap<String, RunTime> {
+    after
+        .iter()
+        .map(|(name, a)| {
+            let b = before.get(name).copied().unwrap_or_default();
+            let d = RunTime {
+                runs: a.runs - b.runs,
+                ns: a.ns - b.ns,
+            };
+            (name.clone(), d)
+        })
+        .collect()
+}
+
+/// The programs attached to `cgroup` (by name) and their statistics so far. Found through
+/// the cgroup, not by name: other limiters on the machine load programs of the same names.
+fn attached_programs(cgroup: &Path) -> Result<BTreeMap<String, RunTime>> {
+    #[derive(Deserialize)]
+    struct Attached {
+        id: u32,
+    }
+    #[derive(Deserialize)]
+    struct Program {
+        name: String,
+        #[serde(default)]
+        run_time_ns: u64,
+        #[serde(default)]
+        run_cnt: u64,
+    }
+    let attached: Vec<Attached> = bpftool(&["cgroup", "show", &cgroup.to_string_lossy()])?;
+    attached
+        .into_iter()
+        .map(|a| {
+            let p: Program = bpftool(&["prog", "show", "id", &a.id.to_string()])?;
+            Ok((
+                p.name,
+                RunTime {
+                    runs: p.run_cnt,
+                    ns: p.run_time_ns,
+                },
+            ))
+        })
+        .collect()
+}
+
+fn bpftool<T: for<'de> Deserialize<'de>>(args: &[&str]) -> Result<T> {
+    let mut cmd = Command::new("bpftool");
+    cmd.arg("--json").args(args);
+    Ok(serde_json::from_str(&process::output(cmd)?)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deltas_are_per_program_and_programs_new_since_count_from_zero() {
+        let rt = |runs, ns| RunTime { runs, ns };
+        let before = BTreeMap::from([("a".to_string(), rt(10, 1_000))]);
+        let after = BTreeMap::from([("a".to_string(), rt(15, 1_600)), ("b".into(), rt(2, 90))]);
+        let d = delta(&before, &after);
+        assert_eq!(d["a"], rt(5, 600));
+        assert_eq!(d["b"], rt(2, 90));
+        assert_eq!(d["a"].per_run_ns(), Some(120.0));
+        assert_eq!(RunTime::default().per_run_ns(), None);
+    }
+}

@@ -1,0 +1,174 @@
+//! `cargo xtask bench`: what the limiter costs, on loopback, side by side with no limiter
+//! and with an egress proxy. Every process, cgroup and pin it makes is gone when it ends,
+//! however it ends.
+
+pub mod agent;
+mod agent_cost;
+mod binaries;
+mod connect;
+mod control;
+mod exchange;
+mod http;
+mod interrupt;
+mod kernel;
+mod machine;
+mod process;
+mod report;
+mod servers;
+mod stats;
+mod wrk;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{ensure, Context, Result};
+use clap::Args;
+
+use binaries::Binaries;
+use report::{Outcome, Report};
+
+#[derive(Args)]
+pub struct Options {
+    /// One short iteration of every part, to show the code path works: no build, no
+    /// figures written, parts whose tools are missing skipped (and said so).
+    #[arg(long)]
+    smoke: bool,
+    /// The file whose results section is replaced (relative to the workspace).
+    #[arg(long, default_value = "docs/benchmarks.md")]
+    out: PathBuf,
+}
+
+/// How much of everything.
+pub struct Scale {
+    connect_rounds: usize,
+    connects_per_round: usize,
+    http_rounds: usize,
+    http_seconds: u64,
+    kernel_connects: usize,
+    kernel_exchange_secs: f64,
+    agent_secs: f64,
+    samples_per_second: f64,
+    fan_out_destinations: usize,
+}
+
+impl Scale {
+    const FULL: Scale = Scale {
+        connect_rounds: 5,
+        connects_per_round: 4_000,
+        http_rounds: 3,
+        http_seconds: 10,
+        kernel_connects: 20_000,
+        kernel_exchange_secs: 5.0,
+        agent_secs: 10.0,
+        samples_per_second: 10_000.0,
+        fan_out_destinations: 1_000,
+    };
+
+    const SMOKE: Scale = Scale {
+        connect_rounds: 1,
+        connects_per_round: 200,
+        http_rounds: 1,
+        http_seconds: 1,
+        kernel_connects: 200,
+        kernel_exchange_secs: 0.5,
+        agent_secs: 0.5,
+        samples_per_second: 1_000.0,
+        fan_out_destinations: 20,
+    };
+}
+
+pub fn run(options: Options) -> Result<()> {
+    ensure!(
+        crate::is_root(),
+        "the benchmarks attach eBPF programs and make cgroups: run them as root (sudo -E cargo xtask bench)"
+    );
+    interrupt::install()?;
+    raise_open_files_limit()?;
+    let (scale, bins) = if options.smoke {
+        println!("smoke run: one short iteration of each part; its figures mean nothing");
+        (&Scale::SMOKE, Binaries::this_program()?)
+    } else {
+        (&Scale::FULL, Binaries::release()?)
+    };
+    let machine = machine::Machine::describe()?;
+
+    eprintln!("bench: connect+close");
+    let connect = connect::run(&bins, scale)?;
+    let http = if http::tools_installed() {
+        eprintln!("bench: keep-alive HTTP");
+        Outcome::Measured(http::run(&bins, scale)?)
+    } else {
+        skipped(format!(
+            "keep-alive HTTP and the egress proxy comparison need {} (apt-get install {})",
+            http::TOOLS.join(", "),
+            http::TOOLS.join(" ")
+        ))
+    };
+    eprintln!("bench: kernel run time");
+    let kernel = kernel::run(&bins, scale)?;
+    eprintln!("bench: the agent");
+    let agent = agent_cost::run(&bins, scale)?;
+    let control = if options.smoke {
+        skipped("the control crate's criterion benchmark builds in release and takes a minute: not in a smoke run".into())
+    } else {
+        eprintln!("bench: the control crate");
+        Outcome::Measured(control::run()?)
+    };
+
+    let report = Report {
+        machine,
+        command: if options.smoke {
+            "cargo xtask bench --smoke"
+        } else {
+            "cargo xtask bench"
+        }
+        .into(),
+        connect,
+        http,
+        kernel,
+        agent,
+        control,
+    };
+    let markdown = report.render();
+    println!("{markdown}");
+    if !options.smoke {
+        let path = workspace_root().join(&options.out);
+        let existing = std::fs::read_to_string(&path).ok();
+        std::fs::write(&path, report::splice(existing.as_deref(), &markdown))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        eprintln!("bench: results written to {}", path.display());
+    }
+    Ok(())
+}
+
+/// Never silent: what a run leaves out is said where it runs, and in the report.
+fn skipped<T>(why: String) -> Outcome<T> {
+    println!("skipped: {why}");
+    Outcome::Skipped(why)
+}
+
+fn workspace_root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+}
+
+/// A thousand upstreams and their connections need more descriptors than the usual 1 024.
+fn raise_open_files_limit() -> Result<()> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit read and write one rlimit we own.
+    unsafe {
+        ensure!(
+            libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0,
+            "getrlimit failed"
+        );
+        limit.rlim_cur = limit.rlim_max;
+        ensure!(
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0,
+            "setrlimit failed"
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,151 @@
+//! The processes the benchmarks start, and what /proc says about the agent.
+
+use std::{
+    io::{BufRead, BufReader},
+    os::unix::process::CommandExt,
+    path::Path,
+    process::{Child, ChildStdin, ChildStdout, Command, Stdio},
+    time::Duration,
+};
+
+use anyhow::{bail, Context, Result};
+use limiter_integration_tests::TestCgroup;
+use serde::Deserialize;
+
+use crate::client;
+
+/// Never outlive the benchmark, even when it is killed: SIGTERM when it exits.
+pub fn dies_with_parent(cmd: &mut Command) {
+    // SAFETY: prctl is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// `program` inside `cgroup`, ended with the benchmark.
+pub fn in_cgroup(cgroup: &TestCgroup, program: &Path) -> Command {
+    let mut cmd = cgroup.command(program);
+    dies_with_parent(&mut cmd);
+    cmd
+}
+
+/// Runs to completion and returns its standard output; fails with its standard error.
+pub fn output(mut cmd: Command) -> Result<String> {
+    let out = cmd
+        .stderr(Stdio::piped())
+        .output()
+        .with_context(|| format!("cannot run {cmd:?}"))?;
+    if !out.status.success() {
+        bail!(
+            "{cmd:?} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8(out.stdout)?)
+}
+
+/// A client that runs until told to stop: started, waited for until it says "ready", and
+/// stopped by closing its standard input.
+pub struct Running {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Running {
+    pub fn start(mut cmd: Command) -> Result<Self> {
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("cannot start {cmd:?}"))?;
+        let mut running = Running {
+            stdin: child.stdin.take(),
+            stdout: BufReader::new(child.stdout.take().expect("piped")),
+            child,
+        };
+        let mut line = String::new();
+        running.stdout.read_line(&mut line)?;
+        if line.trim_end() != "ready" {
+            bail!("{cmd:?} did not get ready: {line:?}");
+        }
+        Ok(running)
+    }
+
+    pub fn stop<T: for<'de> Deserialize<'de>>(mut self) -> Result<T> {
+        drop(self.stdin.take());
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut self.stdout, &mut rest)?;
+        let status = self.child.wait()?;
+        if !status.success() {
+            bail!("the client failed ({status})");
+        }
+        client::parse_report(&rest)
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// CPU time (user and system, every thread) a process has used so far.
+pub fn cpu_time(pid: i32) -> Result<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let ticks = cpu_ticks(&stat).context("unexpected /proc/PID/stat")?;
+    // SAFETY: sysconf has no preconditions.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Ok(Duration::from_secs_f64(ticks as f64 / per_second))
+}
+
+/// utime + stime from a /proc/PID/stat line (fields 14 and 15; the command name before
+/// them is in parentheses and may hold spaces).
+fn cpu_ticks(stat: &str) -> Option<u64> {
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    let field = |n: usize| fields.get(n - 3)?.parse::<u64>().ok();
+    Some(field(14)? + field(15)?)
+}
+
+/// Resident memory now, in bytes.
+pub fn resident_bytes(pid: i32) -> Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().strip_suffix("kB"))
+        .and_then(|kib| kib.trim().parse::<u64>().ok())
+        .map(|kib| kib * 1024)
+        .context("no VmRSS in /proc/PID/status")
+}
+
+pub fn installed(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_ticks_skip_a_command_name_with_spaces_and_parentheses() {
+        let stat = "42 (a b) c) S 1 42 42 0 -1 4194560 100 0 0 0 7 5 0 0 20 0 1 0 99 0 0";
+        assert_eq!(cpu_ticks(stat), Some(12));
+    }
+
+    #[test]
+    fn resident_memory_of_this_process_is_known() {
+        assert!(resident_bytes(std::process::id() as i32).unwrap() > 0);
+    }
+}

@@ -1,0 +1,94 @@
+//! nginx (the upstream) and HAProxy (the egress proxy), each with a configuration of its
+//! own in a temporary directory, on loopback ports, in the servers' cgroup (never the
+//! system services).
+
+use std::{
+    net::{SocketAddr, TcpListener, TcpStream},
+    path::Path,
+    process::{Child, Stdio},
+};
+
+use anyhow::{Context, Result};
+use limiter_integration_tests::{wait_until, TestCgroup};
+use tempfile::TempDir;
+
+use super::process;
+
+/// A server process; killed on drop (the cgroup's removal takes any children it left).
+pub struct Server {
+    pub addr: SocketAddr,
+    child: Child,
+    _dir: TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// nginx answering every request with a small body, on one worker.
+pub fn nginx(cgroup: &TestCgroup) -> Result<Server> {
+    let dir = tempfile::tempdir()?;
+    let addr = free_port()?;
+    let d = dir.path().display();
+    let config = format!(
+        "daemon off;\nworker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
+         events {{ worker_connections 4096; }}\n\
+         http {{\n  access_log off;\n  keepalive_requests 1000000;\n  keepalive_timeout 300s;\n\
+         \x20 client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n\
+         \x20 fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n\
+         \x20 scgi_temp_path {d}/scgi;\n\
+         \x20 server {{\n    listen {addr};\n    location / {{ return 200 \"ok\\n\"; }}\n  }}\n}}\n"
+    );
+    let path = dir.path().join("nginx.conf");
+    std::fs::write(&path, config)?;
+    let mut cmd = process::in_cgroup(cgroup, Path::new("nginx"));
+    cmd.arg("-p")
+        .arg(dir.path())
+        .arg("-e")
+        .arg(dir.path().join("error.log"));
+    cmd.arg("-c").arg(&path);
+    start(cmd, addr, dir)
+}
+
+/// HAProxy in front of `upstream`, with `maxconn` per server: the proxy's concurrency cap.
+pub fn haproxy(cgroup: &TestCgroup, upstream: SocketAddr, maxconn: u32) -> Result<Server> {
+    let dir = tempfile::tempdir()?;
+    let addr = free_port()?;
+    let config = format!(
+        "global\n  nbthread 1\n  maxconn 4096\n\n\
+         defaults\n  mode http\n  timeout connect 5s\n  timeout client 60s\n  timeout server 60s\n\n\
+         frontend egress\n  bind {addr}\n  default_backend upstream\n\n\
+         backend upstream\n  server nginx {upstream} maxconn {maxconn}\n"
+    );
+    let path = dir.path().join("haproxy.cfg");
+    std::fs::write(&path, config)?;
+    let mut cmd = process::in_cgroup(cgroup, Path::new("haproxy"));
+    // -db: stay in the foreground, a child of the benchmark.
+    cmd.arg("-db").arg("-f").arg(&path);
+    start(cmd, addr, dir)
+}
+
+fn start(mut cmd: std::process::Command, addr: SocketAddr, dir: TempDir) -> Result<Server> {
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .with_context(|| format!("cannot start {cmd:?}"))?;
+    let server = Server {
+        addr,
+        child,
+        _dir: dir,
+    };
+    wait_until(&format!("{cmd:?} to listen on {addr}"), || {
+        TcpStream::connect(addr).is_ok()
+    });
+    Ok(server)
+}
+
+/// A loopback port nothing listens on right now.
+fn free_port() -> Result<SocketAddr> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?)
+}

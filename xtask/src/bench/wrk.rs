@@ -1,0 +1,86 @@
+//! wrk, the HTTP load generator, with a script that reports in JSON.
+
+use std::{path::Path, time::Duration};
+
+use anyhow::{ensure, Result};
+use limiter_integration_tests::{TempFile, TestCgroup};
+use serde::Deserialize;
+
+use super::process;
+
+/// wrk calls `done` at the end with its own histogram; percentiles are in microseconds.
+const REPORT_SCRIPT: &str = r#"
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format(
+    '{"requests":%d,"duration_us":%d,"errors":%d,"p50_us":%d,"p99_us":%d}\n',
+    summary.requests, summary.duration,
+    e.connect + e.read + e.write + e.status + e.timeout,
+    latency:percentile(50), latency:percentile(99)))
+end
+"#;
+
+#[derive(Debug, Deserialize, PartialEq)]
+pub struct WrkReport {
+    pub requests: u64,
+    pub duration_us: u64,
+    pub errors: u64,
+    pub p50_us: u64,
+    pub p99_us: u64,
+}
+
+impl WrkReport {
+    pub fn requests_per_second(&self) -> f64 {
+        self.requests as f64 * 1e6 / self.duration_us as f64
+    }
+}
+
+pub struct Wrk {
+    script: TempFile,
+    pub threads: usize,
+    pub connections: usize,
+}
+
+impl Wrk {
+    pub fn new(threads: usize, connections: usize) -> Self {
+        Wrk {
+            script: TempFile::new("bench-wrk.lua", REPORT_SCRIPT),
+            threads,
+            connections,
+        }
+    }
+
+    /// Keep-alive GETs to `url` from inside `cgroup` for `duration` (whole seconds).
+    pub fn run(&self, cgroup: &TestCgroup, url: &str, duration: Duration) -> Result<WrkReport> {
+        let mut cmd = process::in_cgroup(cgroup, Path::new("wrk"));
+        cmd.args(["-t", &self.threads.to_string()])
+            .args(["-c", &self.connections.to_string()])
+            .args(["-d", &format!("{}s", duration.as_secs().max(1))])
+            .arg("-s")
+            .arg(&self.script.0)
+            .arg(url);
+        let report: WrkReport = crate::client::parse_report(&process::output(cmd)?)?;
+        ensure!(
+            report.errors == 0 && report.requests > 0,
+            "wrk against {url}: {} requests, {} errors",
+            report.requests,
+            report.errors
+        );
+        Ok(report)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_report_line_follows_wrks_own_summary() {
+        let out = "Running 1s test @ http://127.0.0.1:1/\n  1 threads and 8 connections\n\
+                   Requests/sec:  41234.00\n\
+                   {\"requests\":41234,\"duration_us\":1000000,\"errors\":0,\"p50_us\":180,\"p99_us\":420}\n";
+        let report: WrkReport = crate::client::parse_report(out).unwrap();
+        assert_eq!(report.p99_us, 420);
+        assert_eq!(report.requests_per_second(), 41234.0);
+    }
+}

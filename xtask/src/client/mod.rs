@@ -1,0 +1,79 @@
+//! Load generators the benchmarks start inside the limited cgroup (`xtask bench-client`):
+//! they are the application whose connections the limiter sees.
+
+mod connect_loop;
+mod exchange;
+
+use std::net::SocketAddr;
+
+use anyhow::Result;
+use clap::{Args, Subcommand};
+use serde::{Deserialize, Serialize};
+
+pub use connect_loop::ConnectLoopReport;
+pub use exchange::ExchangeReport;
+
+#[derive(Args)]
+pub struct Options {
+    #[command(subcommand)]
+    load: Load,
+}
+
+#[derive(Subcommand)]
+enum Load {
+    /// COUNT connects to TO in a row, each closed at once; prints a JSON report.
+    ConnectLoop {
+        #[arg(long)]
+        to: SocketAddr,
+        #[arg(long)]
+        count: usize,
+        /// Open one connection first and hold it for the whole loop.
+        #[arg(long)]
+        hold_first: bool,
+    },
+    /// Request/response exchanges on keep-alive connections to echo upstreams, paced to
+    /// RATE per second in all; prints "ready" once connected, a JSON report when stdin
+    /// closes.
+    Exchange {
+        #[arg(long, value_delimiter = ',', required = true)]
+        to: Vec<SocketAddr>,
+        /// Connections to each destination.
+        #[arg(long, default_value_t = 1)]
+        per_destination: usize,
+        #[arg(long)]
+        rate: f64,
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+    },
+}
+
+pub fn run(options: Options) -> Result<()> {
+    match options.load {
+        Load::ConnectLoop {
+            to,
+            count,
+            hold_first,
+        } => print(&connect_loop::run(to, count, hold_first)?),
+        Load::Exchange {
+            to,
+            per_destination,
+            rate,
+            threads,
+        } => exchange::run(&to, per_destination, rate, threads),
+    }
+}
+
+fn print(report: &impl Serialize) -> Result<()> {
+    println!("{}", serde_json::to_string(report)?);
+    Ok(())
+}
+
+/// Reads the JSON report a client printed last.
+pub fn parse_report<T: for<'de> Deserialize<'de>>(stdout: &str) -> Result<T> {
+    let line = stdout
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .ok_or_else(|| anyhow::anyhow!("the client printed no report: {stdout:?}"))?;
+    Ok(serde_json::from_str(line)?)
+}
