@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use anyhow::{ensure, Result};
 use limiter_integration_tests::{Behaviour, TestCgroup, Upstream};
 
-use super::{process, stats, Binaries, Scale};
+use super::{listener, process, stats, Binaries, Scale};
 use crate::client::{self, ConnectLoopReport};
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -78,7 +78,7 @@ impl ConnectResults {
 
 /// The conditions take turns round by round, so that drift on the machine spreads over all.
 pub fn run(bins: &Binaries, scale: &Scale) -> Result<ConnectResults> {
-    let closer = Upstream::start("127.0.0.1:0", Behaviour::Close);
+    let closer = listener::accept_and_close()?;
     // The refusing condition's destination: it keeps the one admitted connection open.
     let holder = Upstream::start("127.0.0.1:0", Behaviour::Hold);
     let cgroup = TestCgroup::new("bench-connect");
@@ -93,7 +93,7 @@ pub fn run(bins: &Binaries, scale: &Scale) -> Result<ConnectResults> {
             let to = if condition == Condition::Refusing {
                 holder.addr
             } else {
-                closer.addr
+                closer
             };
             let report = connect_loop(bins, &cgroup, to, scale.connects_per_round, condition)?;
             drop(agent);
@@ -137,7 +137,7 @@ pub fn connect_loop(
     };
     ensure!(
         got == count,
-        "{}: {got} of {count} connects {expected} (ok {}, refused {}, failed {})",
+        "{}: {got} of {count} connects {expected} (ok {}, refused {}, failed {:?})",
         condition.label(),
         report.ok,
         report.refused,

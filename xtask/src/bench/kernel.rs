@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 use super::{
     connect::{self, Condition},
-    exchange, process, Binaries, Scale,
+    exchange, listener, process, Binaries, Scale,
 };
 
 /// Run count and total run time of one program.
@@ -55,7 +55,7 @@ impl StatsEnabled {
 }
 
 pub fn run(bins: &Binaries, scale: &Scale) -> Result<Vec<Workload>> {
-    let closer = Upstream::start("127.0.0.1:0", Behaviour::Close);
+    let closer = listener::accept_and_close()?;
     let holder = Upstream::start("127.0.0.1:0", Behaviour::Hold);
     let echo = Upstream::start("127.0.0.1:0", Behaviour::Echo);
     // One agent for all three: generous everywhere but at the holder, which admits one.
@@ -89,7 +89,7 @@ pub fn run(bins: &Binaries, scale: &Scale) -> Result<Vec<Workload>> {
     };
 
     let n = scale.kernel_connects;
-    connect::connect_loop(bins, &cgroup, closer.addr, n, Condition::GenerousLimit)?;
+    connect::connect_loop(bins, &cgroup, closer, n, Condition::GenerousLimit)?;
     measure("connect+close, admitted", n as u64, "connection")?;
     connect::connect_loop(bins, &cgroup, holder.addr, n, Condition::Refusing)?;
     measure("connect refused", n as u64, "connection")?;

@@ -11,6 +11,7 @@ mod exchange;
 mod http;
 mod interrupt;
 mod kernel;
+mod listener;
 mod machine;
 mod process;
 mod report;

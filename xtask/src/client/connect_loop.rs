@@ -1,6 +1,7 @@
 //! Connection set-up cost: connect and close, one connection after another, each timed.
 
 use std::{
+    collections::BTreeMap,
     io,
     net::{SocketAddr, TcpStream},
     time::{Duration, Instant},
@@ -14,7 +15,8 @@ use socket2::{Domain, Protocol, Socket, Type};
 pub struct ConnectLoopReport {
     pub ok: usize,
     pub refused: usize,
-    pub failed: usize,
+    /// Every other failure, by error.
+    pub failed: BTreeMap<String, usize>,
     /// Time of each connect+close, in order.
     pub ns: Vec<u64>,
 }
@@ -26,7 +28,7 @@ pub fn run(to: SocketAddr, count: usize, hold_first: bool) -> Result<ConnectLoop
     let mut report = ConnectLoopReport {
         ok: 0,
         refused: 0,
-        failed: 0,
+        failed: BTreeMap::new(),
         ns: Vec::with_capacity(count),
     };
     for _ in 0..count {
@@ -36,7 +38,7 @@ pub fn run(to: SocketAddr, count: usize, hold_first: bool) -> Result<ConnectLoop
         match outcome {
             Ok(()) => report.ok += 1,
             Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => report.refused += 1,
-            Err(_) => report.failed += 1,
+            Err(e) => *report.failed.entry(e.to_string()).or_default() += 1,
         }
     }
     Ok(report)
