@@ -76,9 +76,38 @@ impl ConnectResults {
     }
 }
 
+/// Where the loop and its upstream run: each on a core of its own when there are two.
+#[derive(Clone, Copy)]
+pub struct Placement {
+    upstream: Option<usize>,
+    client: Option<usize>,
+}
+
+impl Placement {
+    pub fn new() -> Self {
+        let cpus = process::allowed_cpus();
+        match (cpus.first(), cpus.last()) {
+            (Some(&first), Some(&last)) if first != last => Placement {
+                upstream: Some(first),
+                client: Some(last),
+            },
+            _ => Placement {
+                upstream: None,
+                client: None,
+            },
+        }
+    }
+
+    /// The upstream of the loop: it accepts and closes.
+    pub fn upstream(self) -> Result<SocketAddr> {
+        listener::accept_and_close(self.upstream)
+    }
+}
+
 /// The conditions take turns round by round, so that drift on the machine spreads over all.
 pub fn run(bins: &Binaries, scale: &Scale) -> Result<ConnectResults> {
-    let closer = listener::accept_and_close()?;
+    let placement = Placement::new();
+    let closer = placement.upstream()?;
     // The refusing condition's destination: it keeps the one admitted connection open.
     let holder = Upstream::start("127.0.0.1:0", Behaviour::Hold);
     let cgroup = TestCgroup::new("bench-connect");
@@ -95,7 +124,8 @@ pub fn run(bins: &Binaries, scale: &Scale) -> Result<ConnectResults> {
             } else {
                 closer
             };
-            let report = connect_loop(bins, &cgroup, to, scale.connects_per_round, condition)?;
+            let count = scale.connects_per_round;
+            let report = connect_loop(bins, &cgroup, placement, to, count, condition)?;
             drop(agent);
             times[i].extend(report.ns);
         }
@@ -119,11 +149,15 @@ pub fn run(bins: &Binaries, scale: &Scale) -> Result<ConnectResults> {
 pub fn connect_loop(
     bins: &Binaries,
     cgroup: &TestCgroup,
+    placement: Placement,
     to: SocketAddr,
     count: usize,
     condition: Condition,
 ) -> Result<ConnectLoopReport> {
     let mut cmd = process::in_cgroup(cgroup, &bins.client);
+    if let Some(cpu) = placement.client {
+        process::pin(&mut cmd, cpu);
+    }
     cmd.args(["bench-client", "connect-loop", "--to", &to.to_string()])
         .args(["--count", &count.to_string()]);
     if condition == Condition::Refusing {

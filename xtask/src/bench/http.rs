@@ -1,12 +1,17 @@
 //! Keep-alive HTTP: the application's requests with no limiter, with the limiter in prod,
 //! and through HAProxy as an egress proxy instead.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use limiter_integration_tests::TestCgroup;
 
-use super::{machine::command_line, process, servers, stats, wrk::Wrk, Binaries, Scale};
+use super::{
+    machine::command_line,
+    process, servers, stats,
+    wrk::{Wrk, WrkReport},
+    Binaries, Scale,
+};
 
 /// The limiter's cap and the proxy's `maxconn`: the same, and never reached.
 const LIMIT: u32 = 1000;
@@ -38,6 +43,8 @@ pub struct Row {
     pub p99_us: f64,
     /// The slowest and fastest round.
     pub rps_range: (f64, f64),
+    /// The agent's share of a core while it digests a sample per request (median).
+    pub agent_cpu_percent: Option<f64>,
 }
 
 pub struct HttpResults {
@@ -58,6 +65,11 @@ impl HttpResults {
     }
 }
 
+struct Round {
+    wrk: WrkReport,
+    agent_cpu_percent: Option<f64>,
+}
+
 pub const TOOLS: [&str; 3] = ["wrk", "nginx", "haproxy"];
 
 pub fn tools_installed() -> bool {
@@ -75,8 +87,7 @@ pub fn run(bins: &Binaries, scale: &Scale) -> Result<HttpResults> {
 
     // nginx and the page cache warm up outside the figures.
     wrk.run(&cgroup, &url(nginx.addr), duration)?;
-    let mut rounds: Vec<Vec<super::wrk::WrkReport>> =
-        Condition::ALL.iter().map(|_| Vec::new()).collect();
+    let mut rounds: Vec<Vec<Round>> = Condition::ALL.iter().map(|_| Vec::new()).collect();
     for _ in 0..scale.http_rounds {
         for (i, condition) in Condition::ALL.into_iter().enumerate() {
             super::interrupt::check()?;
@@ -92,18 +103,35 @@ pub fn run(bins: &Binaries, scale: &Scale) -> Result<HttpResults> {
             } else {
                 nginx.addr
             };
-            rounds[i].push(wrk.run(&cgroup, &url(target), duration)?);
+            let agent_cpu = agent
+                .as_ref()
+                .map(|a| process::cpu_time(a.pid()))
+                .transpose()?;
+            let started = Instant::now();
+            let report = wrk.run(&cgroup, &url(target), duration)?;
+            let agent_cpu_percent = match (&agent, agent_cpu) {
+                (Some(a), Some(before)) => Some(
+                    100.0 * (process::cpu_time(a.pid())? - before).as_secs_f64()
+                        / started.elapsed().as_secs_f64(),
+                ),
+                _ => None,
+            };
+            rounds[i].push(Round {
+                wrk: report,
+                agent_cpu_percent,
+            });
             drop(agent);
         }
     }
     let rows = Condition::ALL
         .into_iter()
         .zip(rounds)
-        .map(|(condition, reports)| {
-            let rps: Vec<f64> = reports.iter().map(|r| r.requests_per_second()).collect();
-            let of = |f: fn(&super::wrk::WrkReport) -> u64| {
-                stats::median(&reports.iter().map(|r| f(r) as f64).collect::<Vec<_>>())
+        .map(|(condition, rounds)| {
+            let rps: Vec<f64> = rounds.iter().map(|r| r.wrk.requests_per_second()).collect();
+            let of = |f: fn(&WrkReport) -> u64| {
+                stats::median(&rounds.iter().map(|r| f(&r.wrk) as f64).collect::<Vec<_>>())
             };
+            let agent: Vec<f64> = rounds.iter().filter_map(|r| r.agent_cpu_percent).collect();
             Row {
                 condition,
                 requests_per_second: stats::median(&rps),
@@ -113,6 +141,7 @@ pub fn run(bins: &Binaries, scale: &Scale) -> Result<HttpResults> {
                     rps.iter().copied().fold(f64::INFINITY, f64::min),
                     rps.iter().copied().fold(0.0, f64::max),
                 ),
+                agent_cpu_percent: (!agent.is_empty()).then(|| stats::median(&agent)),
             }
         })
         .collect();

@@ -8,7 +8,9 @@ use serde::Deserialize;
 
 use super::{
     connect::{self, Condition},
-    exchange, listener, process, Binaries, Scale,
+    exchange, http, process, servers,
+    wrk::Wrk,
+    Binaries, Scale,
 };
 
 /// Run count and total run time of one program.
@@ -55,7 +57,8 @@ impl StatsEnabled {
 }
 
 pub fn run(bins: &Binaries, scale: &Scale) -> Result<Vec<Workload>> {
-    let closer = listener::accept_and_close()?;
+    let placement = connect::Placement::new();
+    let closer = placement.upstream()?;
     let holder = Upstream::start("127.0.0.1:0", Behaviour::Hold);
     let echo = Upstream::start("127.0.0.1:0", Behaviour::Echo);
     // One agent for all three: generous everywhere but at the holder, which admits one.
@@ -89,9 +92,23 @@ pub fn run(bins: &Binaries, scale: &Scale) -> Result<Vec<Workload>> {
     };
 
     let n = scale.kernel_connects;
-    connect::connect_loop(bins, &cgroup, closer, n, Condition::GenerousLimit)?;
+    connect::connect_loop(
+        bins,
+        &cgroup,
+        placement,
+        closer,
+        n,
+        Condition::GenerousLimit,
+    )?;
     measure("connect+close, admitted", n as u64, "connection")?;
-    connect::connect_loop(bins, &cgroup, holder.addr, n, Condition::Refusing)?;
+    connect::connect_loop(
+        bins,
+        &cgroup,
+        placement,
+        holder.addr,
+        n,
+        Condition::Refusing,
+    )?;
     measure("connect refused", n as u64, "connection")?;
     let load = exchange::Load::one_destination(scale.samples_per_second);
     let (report, ()) = exchange::run(bins, &cgroup, &[echo.addr], &load, || {
@@ -99,6 +116,14 @@ pub fn run(bins: &Binaries, scale: &Scale) -> Result<Vec<Workload>> {
         Ok(())
     })?;
     measure("keep-alive request/response", report.exchanges, "exchange")?;
+    if http::tools_installed() {
+        // The same at full speed, as in the HTTP comparison: a sample per request.
+        let servers = TestCgroup::new("bench-kernel-servers");
+        let nginx = servers::nginx(&servers)?;
+        let duration = Duration::from_secs(scale.http_seconds);
+        let wrk = Wrk::new(1, 32).run(&cgroup, &format!("http://{}/", nginx.addr), duration)?;
+        measure("keep-alive HTTP (wrk, nginx)", wrk.requests, "request")?;
+    }
     Ok(workloads)
 }
 

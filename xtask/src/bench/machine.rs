@@ -1,5 +1,7 @@
 //! Where and when the figures were taken.
 
+use std::time::Duration;
+
 use anyhow::{Context, Result};
 
 pub struct Machine {
@@ -9,8 +11,8 @@ pub struct Machine {
     pub cpu_model: String,
     pub memory: String,
     pub kernel: String,
-    /// The 1-minute load average just before the run: other work skews every figure.
-    pub load: String,
+    /// How idle the CPUs were in the second before the run: other work skews every figure.
+    pub idle_percent: f64,
 }
 
 impl Machine {
@@ -31,11 +33,7 @@ impl Machine {
             kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")?
                 .trim()
                 .to_string(),
-            load: std::fs::read_to_string("/proc/loadavg")?
-                .split_whitespace()
-                .next()
-                .unwrap_or("unknown")
-                .to_string(),
+            idle_percent: idle_percent(Duration::from_secs(1))?,
         })
     }
 }
@@ -56,12 +54,42 @@ fn commit() -> Result<String> {
         command_line("git", &all)
     };
     let head = git(&["rev-parse", "--short", "HEAD"])?;
-    let dirty = !git(&["status", "--porcelain", "--untracked-files=no"])?.is_empty();
+    // Cargo.lock aside: cargo rewrites it for any new dependency, and it changes no code.
+    let status = [
+        "status",
+        "--porcelain",
+        "--untracked-files=no",
+        "--",
+        ".",
+        ":!Cargo.lock",
+    ];
+    let dirty = !git(&status)?.is_empty();
     Ok(if dirty {
         format!("{head} with uncommitted changes")
     } else {
         head
     })
+}
+
+/// Share of CPU time spent idle over `interval`, every CPU together (/proc/stat).
+fn idle_percent(interval: Duration) -> Result<f64> {
+    let sample = || -> Result<(u64, u64)> {
+        let stat = std::fs::read_to_string("/proc/stat")?;
+        let cpu = stat.lines().next().context("empty /proc/stat")?;
+        let ticks: Vec<u64> = cpu
+            .split_whitespace()
+            .skip(1)
+            .take(8) // user .. steal; guest time is already in user
+            .filter_map(|t| t.parse().ok())
+            .collect();
+        // user nice system idle iowait ...: idle and iowait are time nothing ran.
+        let idle = ticks.get(3).copied().unwrap_or(0) + ticks.get(4).copied().unwrap_or(0);
+        Ok((idle, ticks.iter().sum()))
+    };
+    let (idle0, total0) = sample()?;
+    std::thread::sleep(interval);
+    let (idle1, total1) = sample()?;
+    Ok(100.0 * (idle1 - idle0) as f64 / (total1 - total0).max(1) as f64)
 }
 
 /// First line of a command's output (some tools print their version on stderr).

@@ -99,7 +99,7 @@ pub fn run(options: Options) -> Result<()> {
         Outcome::Measured(http::run(&bins, scale)?)
     } else {
         skipped(format!(
-            "keep-alive HTTP and the egress proxy comparison need {} (apt-get install {})",
+            "keep-alive HTTP, the egress proxy comparison and the kernel run time under HTTP load need {} (apt-get install {})",
             http::TOOLS.join(", "),
             http::TOOLS.join(" ")
         ))

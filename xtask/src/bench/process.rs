@@ -27,6 +27,47 @@ pub fn dies_with_parent(cmd: &mut Command) {
     }
 }
 
+/// Runs `cmd` on `cpu` only: a process the scheduler moves from core to core in the
+/// middle of a loop measured in microseconds makes the figures jump from round to round.
+pub fn pin(cmd: &mut Command, cpu: usize) {
+    // SAFETY: sched_setaffinity is a plain system call on a cpu_set_t of our own.
+    unsafe {
+        cmd.pre_exec(move || set_affinity(cpu));
+    }
+}
+
+/// The CPUs this process may run on.
+pub fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: cpu_set_t is plain data that sched_getaffinity fills; CPU_ISSET reads within it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Vec::new();
+        }
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&cpu| libc::CPU_ISSET(cpu, &set))
+            .collect()
+    }
+}
+
+/// Keeps the calling thread on `cpu`.
+pub fn pin_this_thread(cpu: usize) -> std::io::Result<()> {
+    set_affinity(cpu)
+}
+
+fn set_affinity(cpu: usize) -> std::io::Result<()> {
+    // SAFETY: cpu_set_t is plain data; CPU_SET stays within it for cpu < CPU_SETSIZE, and
+    // sched_setaffinity(0) reads it for the calling thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
 /// `program` inside `cgroup`, ended with the benchmark.
 pub fn in_cgroup(cgroup: &TestCgroup, program: &Path) -> Command {
     let mut cmd = cgroup.command(program);

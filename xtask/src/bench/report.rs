@@ -74,7 +74,10 @@ impl Report {
                     m.cpus, m.cpu_model, m.memory, m.kernel
                 ),
             ),
-            ("load average before the run", m.load.clone()),
+            (
+                "CPU idle in the second before the run",
+                format!("{:.0} %", m.idle_percent),
+            ),
         ] {
             let _ = writeln!(out, "| {k} | {v} |");
         }
@@ -227,14 +230,14 @@ impl Report {
             h.tools.join("; ")
         );
         out.push_str(
-            "| condition | requests/s | rounds (min - max) | p50 | p99 | requests/s vs no programs | p50 vs no programs | p99 vs no programs |\n\
-             |---|---|---|---|---|---|---|---|\n",
+            "| condition | requests/s | rounds (min - max) | p50 | p99 | requests/s vs no programs | p50 vs no programs | p99 vs no programs | agent CPU (% of a core) |\n\
+             |---|---|---|---|---|---|---|---|---|\n",
         );
         let base = h.row(http::Condition::NoLimiter);
         for row in &h.rows {
             let _ = writeln!(
                 out,
-                "| {} | {} | {} - {} | {} | {} | {:.3} x | {:.2} x | {:.2} x |",
+                "| {} | {} | {} - {} | {} | {} | {:.3} x | {:.2} x | {:.2} x | {} |",
                 row.condition.label(),
                 group(row.requests_per_second),
                 group(row.rps_range.0),
@@ -243,7 +246,9 @@ impl Report {
                 ns(row.p99_us * 1e3),
                 row.requests_per_second / base.requests_per_second,
                 row.p50_us / base.p50_us,
-                row.p99_us / base.p99_us
+                row.p99_us / base.p99_us,
+                row.agent_cpu_percent
+                    .map_or("-".into(), |c| format!("{c:.1}"))
             );
         }
         let limiter = h.row(http::Condition::Limiter).requests_per_second;
