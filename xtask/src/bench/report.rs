@@ -142,9 +142,10 @@ impl Report {
         for row in self.agent.iter().filter(|r| r.destinations > 0) {
             rows.push((
                 format!(
-                    "agent CPU at {} samples/s, {} destination(s): under 2 % of a core",
-                    group(row.samples_per_second.round()),
-                    group(row.destinations as f64)
+                    "agent CPU at {}, {} destination{}: under 2 % of a core",
+                    row.label,
+                    group(row.destinations as f64),
+                    if row.destinations == 1 { "" } else { "s" }
                 ),
                 format!("{:.2} %", row.cpu_percent),
                 Some(row.cpu_percent < 2.0),
