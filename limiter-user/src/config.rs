@@ -207,7 +207,6 @@ impl Config {
             max: d.max.unwrap_or(self.limits.max),
         }
     }
-
 }
 
 fn validate_limits(l: Limits) -> Result<()> {
@@ -334,7 +333,10 @@ addresses = ["127.0.0.53:53"]
     fn destination_bounds_are_checked_against_the_global_ones() {
         let f = write("[limits]\nmax = 50\n[[destination]]\nname = \"x\"\naddresses = [\"127.0.0.1:1\"]\ninitial = 80\n");
         let err = format!("{:#}", Config::load(f.path()).unwrap_err());
-        assert!(err.contains("destination `x`") && err.contains("min <= initial <= max"), "{err}");
+        assert!(
+            err.contains("destination `x`") && err.contains("min <= initial <= max"),
+            "{err}"
+        );
     }
 
     #[test]

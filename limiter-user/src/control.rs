@@ -120,12 +120,7 @@ impl ControlLoop {
     /// Switches to a new plan (reload, re-resolution) without losing what was learned:
     /// a controller is rebuilt only if its configuration changed.
     pub fn apply(&mut self, plan: Plan, now_ns: u64, tables: &mut Tables) -> Result<()> {
-        let fixed: HashSet<DestKey> = plan
-            .members
-            .keys()
-            .chain(&plan.excluded)
-            .copied()
-            .collect();
+        let fixed: HashSet<DestKey> = plan.members.keys().chain(&plan.excluded).copied().collect();
         let stale: Vec<DestKey> = self
             .plan
             .members

@@ -14,8 +14,8 @@ use limiter_common::{maps, DestKey, DestPolicy, LimiterConfig, SockState, ABI_VE
 use tracing::info;
 
 use crate::{
-    cgroup::Cgroup, clock::monotonic_ns, config::Mode, pins::PinDir,
-    preflight::Kernel, seed, tables::Tables,
+    cgroup::Cgroup, clock::monotonic_ns, config::Mode, pins::PinDir, preflight::Kernel, seed,
+    tables::Tables,
 };
 
 /// Pending ring-buffer bytes that force a wake-up: 64 decisions. Below that, the agent's

@@ -82,7 +82,9 @@ impl agent::ConfigSource for RunArgs {
         limits.initial = self.initial_limit.unwrap_or(limits.initial);
         limits.min = self.min_limit.unwrap_or(limits.min);
         limits.max = self.max_limit.unwrap_or(limits.max);
-        config.heartbeat_timeout_secs = self.heartbeat_timeout.unwrap_or(config.heartbeat_timeout_secs);
+        config.heartbeat_timeout_secs = self
+            .heartbeat_timeout
+            .unwrap_or(config.heartbeat_timeout_secs);
         config.max_destinations = self.max_destinations.unwrap_or(config.max_destinations);
         config.signal_buffer_kib = self.signal_buffer_kib.unwrap_or(config.signal_buffer_kib);
         if self.limit.is_some() && config.algorithm != limiter_core::Algorithm::Fixed {

@@ -165,7 +165,10 @@ addresses = ["127.0.0.53:53"]
         let after = Plan::build(&moved, Some(&before)).unwrap();
         let key = DestKey::new("10.0.0.7:443".parse().unwrap());
         assert!(after.groups.contains_key(&key));
-        assert_eq!(after.members[&DestKey::new("10.0.0.9:443".parse().unwrap())], key);
+        assert_eq!(
+            after.members[&DestKey::new("10.0.0.9:443".parse().unwrap())],
+            key
+        );
     }
 
     #[test]
