@@ -29,6 +29,8 @@ pub enum Command {
     Status(StatusArgs),
     /// Remove a left-over attachment and its pins.
     Detach(DetachArgs),
+    /// Run a control algorithm against a simulated upstream (no kernel, no privileges).
+    Simulate(limiter_sim::SimulateArgs),
 }
 
 #[derive(Debug, Args, Default)]

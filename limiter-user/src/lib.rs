@@ -43,6 +43,7 @@ pub fn main() -> ExitCode {
         Some(Command::Run(args)) => run(args),
         Some(Command::Status(args)) => status(args),
         Some(Command::Detach(args)) => detach(args),
+        Some(Command::Simulate(args)) => simulate(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -136,6 +137,13 @@ fn status(args: StatusArgs) -> Result<()> {
     } else {
         status::print_table(&mut out, &rows, &tables.globals()?)
     }
+}
+
+fn simulate(args: &limiter_sim::SimulateArgs) -> Result<()> {
+    if !limiter_sim::run(args)? {
+        bail!("the scenario failed at least one criterion (see above)");
+    }
+    Ok(())
 }
 
 fn detach(args: DetachArgs) -> Result<()> {
