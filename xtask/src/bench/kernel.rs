@@ -144,6 +144,27 @@ fn delta(
         .collect()
 }
 
+/// Programs attached to a parent of a fresh cgroup: they would run in every condition, "no
+/// programs" included, and would even limit the load generators.
+pub fn inherited_programs() -> Result<Vec<String>> {
+    #[derive(Deserialize)]
+    struct Effective {
+        name: String,
+        attach_type: String,
+    }
+    let probe = TestCgroup::new("bench-preflight");
+    let effective: Vec<Effective> = bpftool(&[
+        "cgroup",
+        "show",
+        &probe.path().to_string_lossy(),
+        "effective",
+    ])?;
+    Ok(effective
+        .into_iter()
+        .map(|e| format!("{} ({})", e.name, e.attach_type))
+        .collect())
+}
+
 /// The programs attached to `cgroup` (by name) and their statistics so far. Found through
 /// the cgroup, not by name: other limiters on the machine load programs of the same names.
 fn attached_programs(cgroup: &Path) -> Result<BTreeMap<String, RunTime>> {

@@ -83,6 +83,13 @@ pub fn run(options: Options) -> Result<()> {
         "the benchmarks attach eBPF programs and make cgroups: run them as root (sudo -E cargo xtask bench)"
     );
     interrupt::install()?;
+    let inherited = kernel::inherited_programs()?;
+    ensure!(
+        inherited.is_empty(),
+        "eBPF programs attached to a parent cgroup would run in every condition, \"no programs\" \
+         included: {} (see `bpftool cgroup tree`)",
+        inherited.join(", ")
+    );
     raise_open_files_limit()?;
     let (scale, bins) = if options.smoke {
         println!("smoke run: one short iteration of each part; its figures mean nothing");

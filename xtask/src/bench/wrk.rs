@@ -13,10 +13,10 @@ const REPORT_SCRIPT: &str = r#"
 done = function(summary, latency, requests)
   local e = summary.errors
   io.write(string.format(
-    '{"requests":%d,"duration_us":%d,"errors":%d,"p50_us":%d,"p99_us":%d}\n',
-    summary.requests, summary.duration,
-    e.connect + e.read + e.write + e.status + e.timeout,
-    latency:percentile(50), latency:percentile(99)))
+    '{"requests":%d,"duration_us":%d,"p50_us":%d,"p99_us":%d,' ..
+    '"errors":{"connect":%d,"read":%d,"write":%d,"status":%d,"timeout":%d}}\n',
+    summary.requests, summary.duration, latency:percentile(50), latency:percentile(99),
+    e.connect, e.read, e.write, e.status, e.timeout))
 end
 "#;
 
@@ -24,9 +24,25 @@ end
 pub struct WrkReport {
     pub requests: u64,
     pub duration_us: u64,
-    pub errors: u64,
     pub p50_us: u64,
     pub p99_us: u64,
+    pub errors: Errors,
+}
+
+/// wrk's socket errors and non-2xx/3xx answers.
+#[derive(Debug, Deserialize, PartialEq)]
+pub struct Errors {
+    pub connect: u64,
+    pub read: u64,
+    pub write: u64,
+    pub status: u64,
+    pub timeout: u64,
+}
+
+impl Errors {
+    pub fn total(&self) -> u64 {
+        self.connect + self.read + self.write + self.status + self.timeout
+    }
 }
 
 impl WrkReport {
@@ -61,8 +77,8 @@ impl Wrk {
             .arg(url);
         let report: WrkReport = crate::client::parse_report(&process::output(cmd)?)?;
         ensure!(
-            report.errors == 0 && report.requests > 0,
-            "wrk against {url}: {} requests, {} errors",
+            report.errors.total() == 0 && report.requests > 0,
+            "wrk against {url}: {} requests, errors {:?}",
             report.requests,
             report.errors
         );
@@ -78,9 +94,11 @@ mod tests {
     fn the_report_line_follows_wrks_own_summary() {
         let out = "Running 1s test @ http://127.0.0.1:1/\n  1 threads and 8 connections\n\
                    Requests/sec:  41234.00\n\
-                   {\"requests\":41234,\"duration_us\":1000000,\"errors\":0,\"p50_us\":180,\"p99_us\":420}\n";
+                   {\"requests\":41234,\"duration_us\":1000000,\"p50_us\":180,\"p99_us\":420,\
+                   \"errors\":{\"connect\":0,\"read\":1,\"write\":0,\"status\":0,\"timeout\":2}}\n";
         let report: WrkReport = crate::client::parse_report(out).unwrap();
         assert_eq!(report.p99_us, 420);
         assert_eq!(report.requests_per_second(), 41234.0);
+        assert_eq!(report.errors.total(), 3);
     }
 }
