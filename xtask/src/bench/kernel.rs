@@ -199,7 +199,10 @@ fn attached_programs(cgroup: &Path) -> Result<BTreeMap<String, RunTime>> {
 fn bpftool<T: for<'de> Deserialize<'de>>(args: &[&str]) -> Result<T> {
     let mut cmd = Command::new("bpftool");
     cmd.arg("--json").args(args);
-    Ok(serde_json::from_str(&process::output(cmd)?)?)
+    let out = process::output(cmd)?;
+    // `cgroup show` prints nothing at all, not [], for a cgroup without programs.
+    let json = if out.trim().is_empty() { "[]" } else { &out };
+    Ok(serde_json::from_str(json)?)
 }
 
 #[cfg(test)]
