@@ -2,6 +2,7 @@
 //! reloads the configuration.
 
 use std::{
+    net::SocketAddr,
     os::fd::AsRawFd,
     time::{Duration, Instant},
 };
@@ -22,10 +23,12 @@ use crate::{
     enforcement::{Enforcement, Rings, Settings},
     events::DecisionLog,
     lock::AgentLock,
+    metrics::{self, Metrics, Snapshot},
     pins::{self, PinDir},
     plan::Plan,
     preflight,
     signals::{Signal, SignalEvent, SignalReader},
+    status,
 };
 
 /// The control loop's period (Envoy's concurrency update interval).
@@ -38,7 +41,12 @@ pub trait ConfigSource {
     fn load(&self) -> Result<Config>;
 }
 
-pub fn run(cgroup: Cgroup, pin_dir: Option<PinDir>, source: &dyn ConfigSource) -> Result<()> {
+pub fn run(
+    cgroup: Cgroup,
+    pin_dir: Option<PinDir>,
+    metrics_addr: Option<SocketAddr>,
+    source: &dyn ConfigSource,
+) -> Result<()> {
     let config = source.load()?;
     let plan = Plan::build(&config, None)?;
     preflight::check_privileges()?;
@@ -61,6 +69,14 @@ pub fn run(cgroup: Cgroup, pin_dir: Option<PinDir>, source: &dyn ConfigSource) -
     runtime.block_on(async {
         // Handlers first: a SIGTERM that arrives while attaching must still detach.
         let signals = OsSignals::install()?;
+        let metrics = match metrics_addr {
+            Some(addr) => {
+                let metrics = Metrics::default();
+                metrics::serve(addr, metrics.clone()).await?;
+                Some(metrics)
+            }
+            None => None,
+        };
         let (enforcement, rings) = Enforcement::attach(&cgroup, pins, &settings, &kernel)?;
         info!(
             cgroup = %cgroup.path().display(),
@@ -73,6 +89,8 @@ pub fn run(cgroup: Cgroup, pin_dir: Option<PinDir>, source: &dyn ConfigSource) -
             enforcement,
             control: ControlLoop::new(plan),
             config,
+            metrics,
+            signals_consumed: 0,
         };
         agent.serve(rings, signals, source).await
     })?;
@@ -101,6 +119,8 @@ struct Agent {
     enforcement: Enforcement,
     control: ControlLoop,
     config: Config,
+    metrics: Option<Metrics>,
+    signals_consumed: u64,
 }
 
 impl Agent {
@@ -133,17 +153,20 @@ impl Agent {
                 ready = signals.readable_mut() => {
                     let mut guard = ready?;
                     let control = &mut self.control;
-                    guard.get_inner_mut().drain(|ev| consume(control, ev));
+                    self.signals_consumed += guard.get_inner_mut().drain(|ev| consume(control, ev)) as u64;
                     guard.clear_ready();
                 }
                 _ = update.tick() => {
                     let control = &mut self.control;
-                    signals.get_mut().drain(|ev| consume(control, ev));
+                    self.signals_consumed += signals.get_mut().drain(|ev| consume(control, ev)) as u64;
                     self.control.update(monotonic_ns(), &mut self.enforcement.tables)?;
                     decisions.get_mut().drain();
                     decisions.get_mut().summarise(Instant::now());
                 }
-                _ = sync.tick() => self.control.sync(monotonic_ns(), &mut self.enforcement.tables)?,
+                _ = sync.tick() => {
+                    self.control.sync(monotonic_ns(), &mut self.enforcement.tables)?;
+                    self.publish_metrics()?;
+                }
                 _ = resolve.tick() => {
                     if !self.config.destinations.iter().any(|d| d.host.is_some()) {
                         continue;
@@ -162,6 +185,18 @@ impl Agent {
             }
         }
         // Dropping the enforcement detaches the programs and removes the pins.
+        Ok(())
+    }
+
+    fn publish_metrics(&self) -> Result<()> {
+        if let Some(metrics) = &self.metrics {
+            let tables = &self.enforcement.tables;
+            metrics.publish(Snapshot {
+                rows: status::rows(tables)?,
+                globals: tables.globals()?,
+                signals: self.signals_consumed,
+            });
+        }
         Ok(())
     }
 

@@ -63,6 +63,9 @@ pub struct RunArgs {
     /// Size of the kernel's latency-signal ring buffer in KiB (a power of two, at least 4).
     #[arg(long, value_name = "KIB")]
     pub signal_buffer_kib: Option<u32>,
+    /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9464); off by default.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<std::net::SocketAddr>,
     /// Pin directory (default: /sys/fs/bpf/limiter/<escaped cgroup path>).
     #[arg(long, value_name = "DIR")]
     pub pin_dir: Option<PathBuf>,

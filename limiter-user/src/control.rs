@@ -27,14 +27,6 @@ pub struct ControlLoop {
     managed: HashMap<DestKey, Managed>,
 }
 
-/// One destination's state, for metrics.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct View {
-    pub limit: u32,
-    pub baseline_ns: Option<u64>,
-    pub p90_ns: Option<u64>,
-}
-
 impl ControlLoop {
     pub fn new(plan: Plan) -> Self {
         ControlLoop {
@@ -153,18 +145,5 @@ impl ControlLoop {
 
     pub fn plan(&self) -> &Plan {
         &self.plan
-    }
-
-    pub fn views(&self) -> impl Iterator<Item = (DestKey, View)> + '_ {
-        self.managed.iter().map(|(k, m)| {
-            (
-                *k,
-                View {
-                    limit: m.controller.limit(),
-                    baseline_ns: m.controller.baseline_ns(),
-                    p90_ns: m.controller.p90_ns(),
-                },
-            )
-        })
     }
 }

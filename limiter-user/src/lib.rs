@@ -13,6 +13,7 @@ mod enforcement;
 mod events;
 mod lock;
 mod logging;
+mod metrics;
 mod pins;
 mod plan;
 mod preflight;
@@ -60,7 +61,12 @@ fn run(args: RunArgs) -> Result<()> {
         bail!("--cgroup PATH is required: the cgroup v2 directory of the processes to protect");
     };
     let cgroup = Cgroup::new(path)?;
-    agent::run(cgroup, args.pin_dir.clone().map(PinDir::at), &args)
+    agent::run(
+        cgroup,
+        args.pin_dir.clone().map(PinDir::at),
+        args.metrics,
+        &args,
+    )
 }
 
 /// The file (or the embedded defaults), then the flags on top; read again on SIGHUP.

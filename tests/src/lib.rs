@@ -146,6 +146,12 @@ impl Drop for TestCgroup {
             std::thread::sleep(Duration::from_millis(10));
         }
         let _ = std::fs::remove_dir(&self.path);
+        // What an agent killed mid-test leaves: its pins and its lock file.
+        let _ = std::fs::remove_dir_all(self.pin_dir());
+        if let Some(name) = self.pin_dir().file_name() {
+            let lock = Path::new("/run/limiter").join(name).with_extension("lock");
+            let _ = std::fs::remove_file(lock);
+        }
     }
 }
 
