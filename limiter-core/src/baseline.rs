@@ -1,10 +1,12 @@
-//! The no-load latency: a running minimum of the smoothed latency that heals upward only on
+//! The no-load latency: a running minimum of the sustained latency that heals upward only on
 //! evidence.
 //!
 //! Downward it follows a lower latency once the upstream has kept to it for five windows
 //! running (the highest p90 of the last five windows): a lower latency is never a loaded one,
 //! and requiring five windows keeps the minimum from settling on the low tail of the noise,
-//! which would read as a standing queue at every later window. Upward it moves only when the
+//! which would read as a standing queue at every later window. While warming up it is that
+//! sustained latency itself, not yet a minimum, and it is not published. Upward it moves only
+//! when the
 //! correlation window shows the latency settled at a new level that our own concurrency did
 //! not cause ([`Evidence::shows_external_shift`]), and then by at most [`MAX_HEAL_STEP`] per
 //! move, each move needing fresh evidence. A loaded latency follows in-flight, so it cannot
@@ -20,13 +22,14 @@ pub const MAX_HEAL_STEP: f64 = 2.0;
 #[derive(Clone, Debug, Default)]
 pub struct Baseline {
     value: Option<f64>,
+    warming_up: bool,
     evidence: Evidence,
 }
 
 impl Baseline {
-    /// The current no-load latency, once a window has been seen.
+    /// The no-load latency, once it has been learned (warm-up is over).
     pub fn value(&self) -> Option<f64> {
-        self.value
+        self.value.filter(|_| !self.warming_up)
     }
 
     /// Whether the newest windows show our own concurrency queueing at the upstream.
@@ -35,13 +38,16 @@ impl Baseline {
     }
 
     /// Takes the newest smoothed latency, the lowest latency the last five windows all kept
-    /// to, the window's evidence (absent when the window cannot testify: no own samples, or
-    /// identical latencies), whether the latency is still too noisy to be a minimum and
-    /// whether it has stopped moving; returns the baseline.
+    /// to (`sustained`), the window's evidence (absent when the window cannot testify: no own
+    /// samples, or identical latencies), whether the latency is still too noisy to be a
+    /// minimum and whether it has stopped moving; returns the baseline.
     ///
     /// While warming up (the filter holds fewer than five windows, or the p90 rests on fewer
     /// latencies than a full window) a lucky value would stay the baseline for good, so the
-    /// baseline follows the filter instead of taking its minimum.
+    /// baseline is the sustained latency rather than its minimum. Not the smoothed latency:
+    /// while traffic ramps up, the first windows miss the requests still out when they close,
+    /// the slow ones first, so the smoothed latency lags from below; a baseline taken from it
+    /// starts a few percent low and reads as a standing queue ever after.
     pub fn observe(
         &mut self,
         smoothed: f64,
@@ -52,8 +58,9 @@ impl Baseline {
     ) -> f64 {
         let mut baseline = match self.value {
             Some(b) if !warming_up => b.min(sustained),
-            _ => smoothed,
+            _ => sustained,
         };
+        self.warming_up = warming_up;
         if let Some(point) = point {
             self.evidence.push(point);
         }
@@ -87,11 +94,13 @@ mod tests {
     }
 
     #[test]
-    fn follows_the_filter_while_it_warms_up() {
+    fn is_the_sustained_latency_while_warming_up_and_unpublished_until_then() {
         let mut b = Baseline::default();
-        assert_eq!(b.observe(8.0, 8.0, None, true, false), 8.0);
-        assert_eq!(b.observe(10.0, 10.0, None, true, false), 10.0);
+        assert_eq!(b.observe(7.0, 8.0, None, true, false), 8.0);
+        assert_eq!(b.observe(9.0, 10.0, None, true, false), 10.0);
+        assert_eq!(b.value(), None);
         assert_eq!(b.observe(12.0, 12.0, None, false, false), 10.0);
+        assert_eq!(b.value(), Some(10.0));
     }
 
     #[test]

@@ -1,9 +1,13 @@
 //! Smooths the per-window p90 into one latency: median of the last five windows (a single odd
-//! window cannot move it), then exponential smoothing (the median's steps become a slope).
+//! window cannot move it), then exponential smoothing of rises (the median's steps up become a
+//! slope). Falls are taken as soon as the median shows them: three windows of five already
+//! agree that the latency is lower, and an average decaying from a twentyfold slowdown would
+//! hold a phantom queue for a dozen windows after the upstream recovered.
 
 const MEDIAN_OF: usize = 5;
 
-/// Median-of-five followed by an exponentially weighted moving average.
+/// Median-of-five followed by an exponentially weighted moving average that never stays above
+/// the median.
 #[derive(Clone, Debug)]
 pub struct LatencyFilter {
     recent: [f64; MEDIAN_OF],
@@ -42,7 +46,8 @@ impl LatencyFilter {
         self.recent[..self.len].iter().copied().reduce(f64::max)
     }
 
-    /// Adds one window's p90 and returns the smoothed latency.
+    /// Adds one window's p90 and returns the smoothed latency: a step towards a higher median,
+    /// the median itself when it is lower.
     pub fn push(&mut self, p90: f64) -> f64 {
         self.recent[self.next] = p90;
         self.next = (self.next + 1) % MEDIAN_OF;
@@ -50,7 +55,7 @@ impl LatencyFilter {
         let median = self.median().unwrap_or(p90);
         let smoothed = match self.smoothed {
             None => median,
-            Some(previous) => previous + self.smoothing * (median - previous),
+            Some(previous) => (previous + self.smoothing * (median - previous)).min(median),
         };
         self.smoothed = Some(smoothed);
         smoothed
@@ -86,6 +91,18 @@ mod tests {
         for p90 in [10.0, 10.0, 10.0, 1_000.0, 10.0] {
             assert_eq!(f.push(p90), 10.0);
         }
+    }
+
+    #[test]
+    fn a_fall_shows_as_soon_as_the_median_has_it() {
+        let mut f = LatencyFilter::new(1.0 / 3.0);
+        for _ in 0..10 {
+            f.push(100.0);
+        }
+        assert_eq!(f.push(5.0), 100.0);
+        assert_eq!(f.push(5.0), 100.0);
+        assert_eq!(f.push(5.0), 5.0);
+        assert!(f.is_settled(0.01));
     }
 
     #[test]

@@ -113,3 +113,37 @@ fn a_thirtyfold_slowdown_sheds_before_any_slow_call_completes() {
     let slow = s.run(600 * SEC);
     assert!(*slow.last().unwrap() <= 10, "{:?}", min_max(&slow));
 }
+
+/// A closed-loop client keeping 16 requests in flight (one connection each) against an
+/// upstream answering in 5 ms, which turns twenty times slower for a minute and then
+/// recovers: the agent's end-to-end case. An outbound limiter must shed while the upstream
+/// is slower than its own normal, and let the client back in once it is not.
+#[test]
+fn a_twentyfold_slowdown_of_a_closed_loop_client_sheds_then_lets_it_back_in() {
+    const CLIENTS: u32 = 16;
+    let mut s = vegas(Upstream::new(1_000, 5.0 * MS as f64, Load::Closed(CLIENTS)));
+    let healthy = s.run(60 * SEC);
+    assert!(
+        *healthy.last().unwrap() > CLIENTS,
+        "{:?}",
+        min_max(&healthy)
+    );
+
+    s.upstream.median_ns = 100.0 * MS as f64;
+    let falling = s.run(70 * SEC);
+    assert!(
+        *falling.last().unwrap() < CLIENTS,
+        "{:?}",
+        min_max(&falling)
+    );
+    let slow = s.run(120 * SEC);
+    assert!(min_max(&slow).1 < CLIENTS, "{:?}", min_max(&slow));
+
+    s.upstream.median_ns = 5.0 * MS as f64;
+    let recovering = s.run(150 * SEC);
+    assert!(
+        *recovering.last().unwrap() >= CLIENTS,
+        "{:?}",
+        min_max(&recovering)
+    );
+}

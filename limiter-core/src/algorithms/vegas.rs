@@ -10,9 +10,11 @@
 //!   queue is empty (Netflix's fast path), by less as the queue nears alpha. Netflix switches
 //!   from +beta to +1 at a queue of one request, which a p90 with a few percent of noise
 //!   crosses at random; the slope keeps recovery fast without that cliff;
-//! - a queue above beta shrinks by a quarter of the excess (at least log10(limit)): the
-//!   excess is the number of requests queued beyond beta, and a quarter of it per window
-//!   keeps the limit from overshooting while the filtered latency lags a few windows behind.
+//! - a queue above beta shrinks by half the excess (at least log10(limit)): the excess is the
+//!   number of requests queued beyond beta. Half of it per window halves a limit of 32 within
+//!   two windows of the filter showing a twentyfold slowdown (a quarter took four), and it does
+//!   not overshoot our own queueing, because the filtered latency falls as soon as the median
+//!   of the windows shows the queue drained.
 //!
 //! Shrinking is decided on the smoothed latency (one noisy window must not cut the limit);
 //! growing is vetoed by the newest window as well, because the smoothed latency shows a queue
@@ -27,7 +29,7 @@
 use super::{with_errors, LimitAlgorithm, Verdict};
 
 /// Share of the excess queue removed per window.
-const SHRINK_GAIN: f64 = 0.25;
+const SHRINK_GAIN: f64 = 0.5;
 /// Share of the limit removed per window while the evidence shows our own queueing.
 const QUEUEING_SHRINK: f64 = 0.05;
 
@@ -95,8 +97,8 @@ mod tests {
         assert_eq!(netflix_log10(100.0), 2.0);
         // queue = 60 x (1 - 10/11) = 5.5: inside 3..6 at 60, holds.
         assert_eq!(Vegas.next_limit(60.0, &verdict(11.0, 11.0, 10.0)), 60.0);
-        // queue = 60 x (1 - 10/12) = 10: above 6, shrinks by (10 - 6) / 4 = 1.
-        assert_eq!(Vegas.next_limit(60.0, &verdict(12.0, 12.0, 10.0)), 59.0);
+        // queue = 60 x (1 - 10/12) = 10: above 6, shrinks by (10 - 6) / 2 = 2.
+        assert_eq!(Vegas.next_limit(60.0, &verdict(12.0, 12.0, 10.0)), 58.0);
     }
 
     #[test]
@@ -113,9 +115,9 @@ mod tests {
     }
 
     #[test]
-    fn a_long_queue_shrinks_by_a_quarter_of_the_excess() {
+    fn a_long_queue_shrinks_by_half_the_excess() {
         // queue = 100 x (1 - 10/20) = 50, excess over beta = 38.
-        assert_eq!(Vegas.next_limit(100.0, &verdict(20.0, 20.0, 10.0)), 90.5);
+        assert_eq!(Vegas.next_limit(100.0, &verdict(20.0, 20.0, 10.0)), 81.0);
     }
 
     #[test]
