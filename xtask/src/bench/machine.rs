@@ -11,8 +11,10 @@ pub struct Machine {
     pub cpu_model: String,
     pub memory: String,
     pub kernel: String,
-    /// How idle the CPUs were in the second before the run: other work skews every figure.
-    pub idle_percent: f64,
+    /// How idle the CPUs were in the second before the run and in the second after it:
+    /// other work on the machine skews every figure.
+    pub idle_before: f64,
+    pub idle_after: Option<f64>,
 }
 
 impl Machine {
@@ -33,7 +35,8 @@ impl Machine {
             kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")?
                 .trim()
                 .to_string(),
-            idle_percent: idle_percent(Duration::from_secs(1))?,
+            idle_before: idle_percent()?,
+            idle_after: None,
         })
     }
 }
@@ -71,8 +74,8 @@ fn commit() -> Result<String> {
     })
 }
 
-/// Share of CPU time spent idle over `interval`, every CPU together (/proc/stat).
-fn idle_percent(interval: Duration) -> Result<f64> {
+/// Share of CPU time spent idle over a second, every CPU together (/proc/stat).
+pub fn idle_percent() -> Result<f64> {
     let sample = || -> Result<(u64, u64)> {
         let stat = std::fs::read_to_string("/proc/stat")?;
         let cpu = stat.lines().next().context("empty /proc/stat")?;
@@ -87,7 +90,7 @@ fn idle_percent(interval: Duration) -> Result<f64> {
         Ok((idle, ticks.iter().sum()))
     };
     let (idle0, total0) = sample()?;
-    std::thread::sleep(interval);
+    std::thread::sleep(Duration::from_secs(1));
     let (idle1, total1) = sample()?;
     Ok(100.0 * (idle1 - idle0) as f64 / (total1 - total0).max(1) as f64)
 }

@@ -97,7 +97,7 @@ pub fn run(options: Options) -> Result<()> {
     } else {
         (&Scale::FULL, Binaries::release()?)
     };
-    let machine = machine::Machine::describe()?;
+    let mut machine = machine::Machine::describe()?;
 
     eprintln!("bench: connect+close");
     let connect = connect::run(&bins, scale)?;
@@ -122,6 +122,7 @@ pub fn run(options: Options) -> Result<()> {
         Outcome::Measured(control::run()?)
     };
 
+    machine.idle_after = Some(machine::idle_percent()?);
     let report = Report {
         machine,
         command: if options.smoke {

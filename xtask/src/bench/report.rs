@@ -75,8 +75,12 @@ impl Report {
                 ),
             ),
             (
-                "CPU idle in the second before the run",
-                format!("{:.0} %", m.idle_percent),
+                "CPU idle in the second before / after the run",
+                format!(
+                    "{:.0} % / {}",
+                    m.idle_before,
+                    m.idle_after.map_or("-".into(), |i| format!("{i:.0} %"))
+                ),
             ),
         ] {
             let _ = writeln!(out, "| {k} | {v} |");
