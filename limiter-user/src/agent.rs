@@ -26,7 +26,7 @@ use crate::{
     metrics::{self, Metrics, Snapshot},
     pins::{self, PinDir},
     plan::Plan,
-    preflight,
+    preflight::{self, Kernel},
     signals::{Signal, SignalEvent, SignalReader},
     status,
 };
@@ -41,27 +41,36 @@ pub trait ConfigSource {
     fn load(&self) -> Result<Config>;
 }
 
-pub fn run(
-    cgroup: Cgroup,
-    pin_dir: Option<PinDir>,
-    metrics_addr: Option<SocketAddr>,
-    source: &dyn ConfigSource,
-) -> Result<()> {
-    let config = source.load()?;
-    let plan = Plan::build(&config, None)?;
-    preflight::check_privileges()?;
-    let kernel = preflight::check_kernel()?;
-    pins::ensure_bpffs()?;
-    let pins = pin_dir.unwrap_or_else(|| PinDir::for_cgroup(&cgroup));
-    let _lock = AgentLock::acquire(&cgroup.escaped_name())?;
-    let settings = Settings {
+/// How the agent runs, besides its configuration.
+pub struct Options {
+    pub pin_dir: Option<PinDir>,
+    pub metrics: Option<SocketAddr>,
+    /// On SIGTERM/SIGINT, leave the programs attached for the next agent to take over.
+    pub keep_attached: bool,
+}
+
+fn settings(config: &Config, plan: &Plan) -> Settings {
+    Settings {
         default_mode: config.mode,
         initial_limit: plan.initial_limit(),
         heartbeat_timeout: Duration::from_secs(config.heartbeat_timeout_secs),
         max_destinations: config.max_destinations,
         policies: plan.static_policies(),
         signal_buffer_bytes: config.signal_buffer_kib * 1024,
-    };
+    }
+}
+
+pub fn run(cgroup: Cgroup, options: Options, source: &dyn ConfigSource) -> Result<()> {
+    let config = source.load()?;
+    let plan = Plan::build(&config, None)?;
+    preflight::check_privileges()?;
+    let kernel = preflight::check_kernel()?;
+    pins::ensure_bpffs()?;
+    let pins = options
+        .pin_dir
+        .unwrap_or_else(|| PinDir::for_cgroup(&cgroup));
+    let _lock = AgentLock::acquire(&cgroup.escaped_name())?;
+    let settings = settings(&config, &plan);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -69,7 +78,7 @@ pub fn run(
     runtime.block_on(async {
         // Handlers first: a SIGTERM that arrives while attaching must still detach.
         let signals = OsSignals::install()?;
-        let metrics = match metrics_addr {
+        let metrics = match options.metrics {
             Some(addr) => {
                 let metrics = Metrics::default();
                 metrics::serve(addr, metrics.clone()).await?;
@@ -77,21 +86,35 @@ pub fn run(
             }
             None => None,
         };
-        let (enforcement, rings) = Enforcement::attach(&cgroup, pins, &settings, &kernel)?;
+        let took_over = Enforcement::can_take_over(&pins);
+        let (enforcement, rings) = if took_over {
+            Enforcement::take_over(pins, &settings)?
+        } else {
+            Enforcement::attach(&cgroup, pins, &settings, &kernel)?
+        };
         info!(
+            took_over,
             cgroup = %cgroup.path().display(),
             pins = %enforcement.pins().path().display(),
             mode = config.mode.name(),
             algorithm = %config.algorithm,
             "limiter attached"
         );
-        let agent = Agent {
+        let mut agent = Agent {
+            cgroup_inode: cgroup.inode(),
+            cgroup,
+            kernel,
             enforcement,
             control: ControlLoop::new(plan),
             config,
             metrics,
             signals_consumed: 0,
+            keep_attached: options.keep_attached,
         };
+        // Controllers for what the kernel already knows start from its current limits.
+        agent
+            .control
+            .sync(monotonic_ns(), &mut agent.enforcement.tables)?;
         agent.serve(rings, signals, source).await
     })?;
     info!("limiter detached");
@@ -116,11 +139,17 @@ impl OsSignals {
 }
 
 struct Agent {
+    cgroup: Cgroup,
+    /// Identifies the cgroup directory attached to: systemd recreates a service's cgroup
+    /// on restart, and the programs die with the old one.
+    cgroup_inode: Option<u64>,
+    kernel: Kernel,
     enforcement: Enforcement,
     control: ControlLoop,
     config: Config,
     metrics: Option<Metrics>,
     signals_consumed: u64,
+    keep_attached: bool,
 }
 
 impl Agent {
@@ -139,8 +168,7 @@ impl Agent {
         let mut sync = interval(SYNC_EVERY);
         let mut resolve = interval(Duration::from_secs(self.config.resolve_interval_secs));
         resolve.tick().await;
-        let mut decisions = watch(DecisionLog::new(rings.decisions))?;
-        let mut signals = watch(SignalReader::new(rings.signals))?;
+        let (mut decisions, mut signals) = watch_rings(rings)?;
 
         loop {
             tokio::select! {
@@ -164,6 +192,9 @@ impl Agent {
                     decisions.get_mut().summarise(Instant::now());
                 }
                 _ = sync.tick() => {
+                    if let Some(rings) = self.follow_cgroup()? {
+                        (decisions, signals) = watch_rings(rings)?;
+                    }
                     self.control.sync(monotonic_ns(), &mut self.enforcement.tables)?;
                     self.publish_metrics()?;
                 }
@@ -184,8 +215,31 @@ impl Agent {
                 _ = os.int.recv() => break,
             }
         }
-        // Dropping the enforcement detaches the programs and removes the pins.
+        if self.keep_attached {
+            self.enforcement.keep_attached();
+            info!(pins = %self.enforcement.pins().path().display(), "leaving the programs attached for the next agent");
+        }
+        // Dropping the enforcement detaches the programs and removes the pins, unless kept.
         Ok(())
+    }
+
+    /// Re-attaches when the cgroup directory was replaced (a restarted systemd service);
+    /// returns the new rings when it did.
+    fn follow_cgroup(&mut self) -> Result<Option<Rings>> {
+        let inode = self.cgroup.inode();
+        if inode == self.cgroup_inode || inode.is_none() {
+            return Ok(None);
+        }
+        info!(cgroup = %self.cgroup.path().display(), "the cgroup was recreated: attaching again");
+        let settings = settings(&self.config, self.control.plan());
+        let rings = self
+            .enforcement
+            .reattach(&self.cgroup, &settings, &self.kernel)?;
+        self.cgroup_inode = inode;
+        self.control
+            .restart(monotonic_ns(), &mut self.enforcement.tables)?;
+        info!("limiter re-attached");
+        Ok(Some(rings))
     }
 
     fn publish_metrics(&self) -> Result<()> {
@@ -215,6 +269,13 @@ impl Agent {
 fn consume(control: &mut ControlLoop, ev: SignalEvent) {
     log_signal(&ev);
     control.on_signal(ev);
+}
+
+fn watch_rings(rings: Rings) -> Result<(AsyncFd<DecisionLog>, AsyncFd<SignalReader>)> {
+    Ok((
+        watch(DecisionLog::new(rings.decisions))?,
+        watch(SignalReader::new(rings.signals))?,
+    ))
 }
 
 /// Registers a ring-buffer reader with the runtime, to wake when the kernel forces it.

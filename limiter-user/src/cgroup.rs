@@ -60,6 +60,13 @@ impl Cgroup {
         escape_path(&rel.to_string_lossy())
     }
 
+    /// The directory's inode, which changes when the cgroup is removed and created again;
+    /// None while it does not exist.
+    pub fn inode(&self) -> Option<u64> {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(&self.path).ok().map(|m| m.ino())
+    }
+
     /// Every process in the cgroup and its descendants.
     pub fn pids(&self) -> Result<Vec<i32>> {
         let mut pids = Vec::new();

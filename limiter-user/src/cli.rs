@@ -66,6 +66,10 @@ pub struct RunArgs {
     /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9464); off by default.
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<std::net::SocketAddr>,
+    /// On SIGTERM/SIGINT, leave the programs attached and pinned so that enforcement
+    /// continues while the agent restarts; the next agent takes them over.
+    #[arg(long)]
+    pub keep_attached: bool,
     /// Pin directory (default: /sys/fs/bpf/limiter/<escaped cgroup path>).
     #[arg(long, value_name = "DIR")]
     pub pin_dir: Option<PathBuf>,

@@ -35,12 +35,18 @@ impl ControlLoop {
         }
     }
 
-    fn managed(&mut self, key: DestKey, now_ns: u64) -> &mut Managed {
+    /// The destination's controller, created on first sight. `current` is the limit the
+    /// kernel already enforces (left by a previous agent): the controller starts there.
+    fn managed(&mut self, key: DestKey, now_ns: u64, current: Option<u32>) -> &mut Managed {
         let plan = &self.plan;
         self.managed.entry(key).or_insert_with(|| {
             let config = *plan.control_for(&key);
+            let mut start = config;
+            if let Some(limit) = current {
+                start.limits.initial = limit.clamp(config.limits.min, config.limits.max);
+            }
             Managed {
-                controller: controller(&config, now_ns),
+                controller: controller(&start, now_ns),
                 config,
                 published: None,
             }
@@ -54,7 +60,7 @@ impl ControlLoop {
                 latency_ns,
                 inflight,
             } => {
-                let m = self.managed(ev.dest, ev.ts_ns);
+                let m = self.managed(ev.dest, ev.ts_ns, None);
                 m.controller.on_sample(ev.ts_ns, latency_ns, inflight);
                 return;
             }
@@ -62,7 +68,7 @@ impl ControlLoop {
             Signal::ConnectTimeout | Signal::GaveUp => Outcome::Timeout,
             Signal::Handshake { .. } => return,
         };
-        self.managed(ev.dest, ev.ts_ns)
+        self.managed(ev.dest, ev.ts_ns, None)
             .controller
             .on_outcome(ev.ts_ns, outcome);
     }
@@ -92,7 +98,10 @@ impl ControlLoop {
     pub fn sync(&mut self, now_ns: u64, tables: &mut Tables) -> Result<()> {
         let live: HashSet<DestKey> = tables.dests.keys().filter_map(|k| k.ok()).collect();
         for &key in &live {
-            self.managed(key, now_ns);
+            if !self.managed.contains_key(&key) {
+                let current = tables.policies.get(&key, 0).ok().map(|p| p.limit);
+                self.managed(key, now_ns, current);
+            }
         }
         let gone: Vec<DestKey> = self
             .managed
@@ -141,6 +150,15 @@ impl ControlLoop {
         self.managed.retain(|k, _| !plan.excluded.contains(k));
         self.plan = plan;
         Ok(())
+    }
+
+    /// After a re-attach: the kernel's tables are new, so every policy is written again.
+    pub fn restart(&mut self, now_ns: u64, tables: &mut Tables) -> Result<()> {
+        self.managed.clear();
+        for (key, policy) in self.plan.static_policies() {
+            tables.policies.insert(key, policy, 0)?;
+        }
+        self.sync(now_ns, tables)
     }
 
     pub fn plan(&self) -> &Plan {

@@ -6,7 +6,8 @@ use anyhow::{Context, Result};
 use aya::{
     maps::{MapData, RingBuf, SkStorage},
     programs::{
-        CgroupAttachMode, CgroupSkb, CgroupSkbAttachType, CgroupSock, CgroupSockAddr, SockOps,
+        links::{FdLink, PinnedLink},
+        CgroupAttachMode, CgroupSkbAttachType, Program,
     },
     Ebpf, EbpfLoader,
 };
@@ -39,13 +40,42 @@ pub struct Rings {
     pub signals: RingBuf<MapData>,
 }
 
-/// The programs attached to one cgroup. Dropping it detaches them and removes the pins.
+/// The programs, in the order they are attached: release paths and observers first, so
+/// that from the moment a connect can take a slot, the slot comes back.
+const PROGRAMS: [&str; 6] = [
+    "limiter_sock_release",
+    "limiter_sockops",
+    "limiter_egress",
+    "limiter_ingress",
+    "limiter_connect4",
+    "limiter_connect6",
+];
+
+/// Each program's link to the cgroup, by program name.
+type Links = Vec<(&'static str, FdLink)>;
+
+/// The programs attached to one cgroup. Dropping it detaches them and removes the pins,
+/// unless [`Enforcement::keep_attached`] was called.
 pub struct Enforcement {
-    // Holds the programs and their links: dropping it detaches everything.
-    ebpf: Option<Ebpf>,
+    /// The programs we loaded (none after taking over from a previous agent); the links
+    /// below keep them alive either way.
+    _ebpf: Option<Ebpf>,
+    links: Links,
     pub tables: Tables,
     pins: PinDir,
     heartbeat_timeout_ns: u64,
+    on_drop: OnDrop,
+}
+
+/// What dropping an [`Enforcement`] does.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum OnDrop {
+    /// Detach the programs and remove the pins.
+    Detach,
+    /// Pin the links and leave everything for the next agent.
+    KeepAttached,
+    /// Nothing: a successor owns the pin directory now.
+    Forget,
 }
 
 impl Enforcement {
@@ -64,15 +94,82 @@ impl Enforcement {
             .inspect_err(|_| {
                 let _ = pins.remove();
             })
-            .map(|(ebpf, tables, rings)| {
+            .map(|(ebpf, links, tables, rings)| {
                 let enforcement = Enforcement {
-                    ebpf: Some(ebpf),
+                    _ebpf: Some(ebpf),
+                    links,
                     tables,
                     pins,
                     heartbeat_timeout_ns: settings.heartbeat_timeout.as_nanos() as u64,
+                    on_drop: OnDrop::Detach,
                 };
                 (enforcement, rings)
             })
+    }
+
+    /// True when a previous agent left its enforcement attached for us (`--keep-attached`).
+    pub fn can_take_over(pins: &PinDir) -> bool {
+        pins.links().exists()
+    }
+
+    /// Adopts the programs, links and maps a previous agent left pinned: enforcement never
+    /// stopped, and every count and limit carries on.
+    pub fn take_over(pins: PinDir, settings: &Settings) -> Result<(Self, Rings)> {
+        let tables = Tables::from_pins(&pins)?;
+        let ring = |name: &str| -> Result<RingBuf<MapData>> {
+            let data = MapData::from_pin(pins.map(name))
+                .with_context(|| format!("cannot open the pinned {name} map"))?;
+            Ok(RingBuf::try_from(aya::maps::Map::from_map_data(data)?)?)
+        };
+        let rings = Rings {
+            decisions: ring(maps::EVENTS)?,
+            signals: ring(maps::SIGNALS)?,
+        };
+        let mut links = Vec::new();
+        for name in PROGRAMS {
+            let path = pins.links().join(name);
+            let pinned = PinnedLink::from_pin(&path)
+                .with_context(|| format!("cannot open the pinned link {}", path.display()))?;
+            // From now on this agent holds the link: if it dies, the programs go with it.
+            links.push((name, pinned.unpin()?));
+        }
+        std::fs::remove_dir(pins.links())?;
+        let mut enforcement = Enforcement {
+            _ebpf: None,
+            links,
+            tables,
+            pins,
+            heartbeat_timeout_ns: settings.heartbeat_timeout.as_nanos() as u64,
+            on_drop: OnDrop::Detach,
+        };
+        enforcement.set_defaults(settings.default_mode, settings.initial_limit)?;
+        enforcement.heartbeat()?;
+        for (key, policy) in &settings.policies {
+            enforcement.tables.policies.insert(key, policy, 0)?;
+        }
+        Ok((enforcement, rings))
+    }
+
+    /// Attaches afresh to a cgroup that was recreated: the old links died with the old
+    /// directory, and the maps start over with the new one.
+    pub fn reattach(
+        &mut self,
+        cgroup: &Cgroup,
+        settings: &Settings,
+        kernel: &Kernel,
+    ) -> Result<Rings> {
+        self.links.clear();
+        let (fresh, rings) = Enforcement::attach(cgroup, self.pins.clone(), settings, kernel)?;
+        // The pin directory is the successor's now.
+        std::mem::replace(self, fresh).on_drop = OnDrop::Forget;
+        Ok(rings)
+    }
+
+    /// On drop, leave the programs attached and everything pinned, for the next agent to
+    /// take over. Until it does, the kernel enforces the last limits (failing open once
+    /// the heartbeat is older than its timeout).
+    pub fn keep_attached(&mut self) {
+        self.on_drop = OnDrop::KeepAttached;
     }
 
     /// Tells the kernel the agent is alive; without it, the programs fail open.
@@ -98,10 +195,32 @@ impl Enforcement {
 
 impl Drop for Enforcement {
     fn drop(&mut self) {
-        drop(self.ebpf.take());
-        if let Err(e) = self.pins.remove() {
-            tracing::error!("{e:#}");
+        match self.on_drop {
+            OnDrop::KeepAttached => {
+                if let Err(e) = self.pin_links() {
+                    tracing::error!("cannot keep the programs attached: {e:#}");
+                }
+            }
+            OnDrop::Detach => {
+                // Dropping a link detaches its program.
+                self.links.clear();
+                if let Err(e) = self.pins.remove() {
+                    tracing::error!("{e:#}");
+                }
+            }
+            OnDrop::Forget => {}
         }
+    }
+}
+
+impl Enforcement {
+    fn pin_links(&mut self) -> Result<()> {
+        std::fs::create_dir_all(self.pins.links())?;
+        for (name, link) in self.links.drain(..) {
+            link.pin(self.pins.links().join(name))
+                .with_context(|| format!("cannot pin the link of {name}"))?;
+        }
+        Ok(())
     }
 }
 
@@ -110,7 +229,7 @@ fn load_and_attach(
     pins: &PinDir,
     settings: &Settings,
     kernel: &Kernel,
-) -> Result<(Ebpf, Tables, Rings)> {
+) -> Result<(Ebpf, Links, Tables, Rings)> {
     let mut ebpf = EbpfLoader::new()
         .default_map_pin_directory(pins.path())
         .map_max_entries(maps::DESTS, settings.max_destinations)
@@ -143,55 +262,57 @@ fn load_and_attach(
     };
     let cgroup_fd = cgroup.open()?;
 
-    // Release paths and observers first: from here on, every slot taken (seeded or
-    // admitted) comes back, and every request is seen from its first byte.
-    let release: &mut CgroupSock = program(&mut ebpf, "limiter_sock_release")?;
-    release.load()?;
-    release
-        .attach(&cgroup_fd, CgroupAttachMode::Single)
-        .context(attach_hint("sock_release"))?;
-    let sockops: &mut SockOps = program(&mut ebpf, "limiter_sockops")?;
-    sockops.load()?;
-    sockops
-        .attach(&cgroup_fd, CgroupAttachMode::Single)
-        .context(attach_hint("sockops"))?;
-
-    for (name, direction) in [
-        ("limiter_egress", CgroupSkbAttachType::Egress),
-        ("limiter_ingress", CgroupSkbAttachType::Ingress),
-    ] {
-        let observer: &mut CgroupSkb = program(&mut ebpf, name)?;
-        observer.load()?;
-        observer
-            .attach(&cgroup_fd, direction, CgroupAttachMode::Single)
-            .context(attach_hint(name))?;
+    let mut links = Vec::new();
+    for name in PROGRAMS {
+        let prog = ebpf
+            .program_mut(name)
+            .with_context(|| format!("no program {name}"))?;
+        links.push((name, attach(prog, &cgroup_fd).context(attach_hint(name))?));
+        if name == "limiter_ingress" {
+            // Everything that returns slots and observes is in place, no connect hook yet:
+            // the moment to count what already exists.
+            let mut sockets: SkStorage<&mut MapData, SockState> =
+                SkStorage::try_from(ebpf.map_mut(maps::SOCKETS).context("no sockets map")?)?;
+            let seeded = seed::seed(cgroup, &mut tables, &mut sockets, settings.default_mode)?;
+            info!(
+                connections = seeded,
+                "counted connections that existed before attach"
+            );
+        }
     }
-    let mut sockets: SkStorage<&mut MapData, SockState> =
-        SkStorage::try_from(ebpf.map_mut(maps::SOCKETS).context("no sockets map")?)?;
-    let seeded = seed::seed(cgroup, &mut tables, &mut sockets, settings.default_mode)?;
-    info!(
-        connections = seeded,
-        "counted connections that existed before attach"
-    );
-
-    for name in ["limiter_connect4", "limiter_connect6"] {
-        let connect: &mut CgroupSockAddr = program(&mut ebpf, name)?;
-        connect.load()?;
-        connect
-            .attach(&cgroup_fd, CgroupAttachMode::Single)
-            .context(attach_hint(name))?;
-    }
-    Ok((ebpf, tables, rings))
+    Ok((ebpf, links, tables, rings))
 }
 
-fn program<'a, P>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut P>
-where
-    &'a mut P: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
-{
-    let prog = ebpf
-        .program_mut(name)
-        .with_context(|| format!("no program {name}"))?;
-    Ok(prog.try_into()?)
+/// Loads one program and attaches it to the cgroup; the link is ours to keep or drop.
+fn attach(prog: &mut Program, cgroup: &std::fs::File) -> Result<FdLink> {
+    let mode = CgroupAttachMode::Single;
+    Ok(match prog {
+        Program::CgroupSock(p) => {
+            p.load()?;
+            let id = p.attach(cgroup, mode)?;
+            p.take_link(id)?.try_into()?
+        }
+        Program::SockOps(p) => {
+            p.load()?;
+            let id = p.attach(cgroup, mode)?;
+            p.take_link(id)?.try_into()?
+        }
+        Program::CgroupSkb(p) => {
+            p.load()?;
+            let direction = match p.expected_attach_type() {
+                Some(CgroupSkbAttachType::Egress) => CgroupSkbAttachType::Egress,
+                _ => CgroupSkbAttachType::Ingress,
+            };
+            let id = p.attach(cgroup, direction, mode)?;
+            p.take_link(id)?.try_into()?
+        }
+        Program::CgroupSockAddr(p) => {
+            p.load()?;
+            let id = p.attach(cgroup, mode)?;
+            p.take_link(id)?.try_into()?
+        }
+        other => anyhow::bail!("unexpected program type {:?}", other.prog_type()),
+    })
 }
 
 fn attach_hint(what: &str) -> String {

@@ -61,12 +61,12 @@ fn run(args: RunArgs) -> Result<()> {
         bail!("--cgroup PATH is required: the cgroup v2 directory of the processes to protect");
     };
     let cgroup = Cgroup::new(path)?;
-    agent::run(
-        cgroup,
-        args.pin_dir.clone().map(PinDir::at),
-        args.metrics,
-        &args,
-    )
+    let options = agent::Options {
+        pin_dir: args.pin_dir.clone().map(PinDir::at),
+        metrics: args.metrics,
+        keep_attached: args.keep_attached,
+    };
+    agent::run(cgroup, options, &args)
 }
 
 /// The file (or the embedded defaults), then the flags on top; read again on SIGHUP.

@@ -61,6 +61,11 @@ impl PinDir {
         self.0.join(name)
     }
 
+    /// Where links are pinned while no agent holds them (`--keep-attached`).
+    pub fn links(&self) -> PathBuf {
+        self.0.join("links")
+    }
+
     pub fn exists(&self) -> bool {
         self.0.exists()
     }

@@ -93,6 +93,12 @@ impl TestCgroup {
         Self::create(cgroup2_mount().join(name))
     }
 
+    /// Removes the (empty) cgroup and creates it again, as systemd does on a service restart.
+    pub fn recreate(&self) {
+        std::fs::remove_dir(&self.path).expect("the cgroup must be empty to be removed");
+        std::fs::create_dir(&self.path).unwrap();
+    }
+
     fn create(path: PathBuf) -> Self {
         std::fs::create_dir(&path)
             .unwrap_or_else(|e| panic!("cannot create {}: {e}", path.display()));

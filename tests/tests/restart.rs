@@ -1,0 +1,81 @@
+//! Enforcement across agent restarts and cgroup re-creation (root, real kernel).
+
+use std::process::Command;
+
+use limiter_integration_tests::*;
+
+fn attached_programs(cg: &TestCgroup) -> String {
+    let out = Command::new("bpftool")
+        .args(["cgroup", "show"])
+        .arg(cg.path())
+        .output()
+        .expect("bpftool is not installed (apt-get install bpftool)");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn a_restarted_agent_takes_over_enforcement_that_never_stopped() {
+    require_kernel!();
+    let cg = TestCgroup::new("takeover");
+    let up = Upstream::start("127.0.0.1:0", Behaviour::Hold);
+    let args = ["--algorithm", "fixed", "--limit", "2", "--keep-attached"];
+    let first = Agent::start(&cg, &args);
+    let (held, lines) = Probe::hold(&cg, up.addr, 2);
+    assert_eq!(tally(&lines), (2, 0, 0));
+    assert!(first.stop().success());
+
+    // No agent: the kernel still enforces, and status still reads the pins.
+    assert!(attached_programs(&cg).contains("limiter_connect4"));
+    let (_, lines) = Probe::hold(&cg, up.addr, 1);
+    assert_eq!(tally(&lines), (0, 1, 0), "enforced while no agent runs");
+    assert_eq!(field(&cg, up.addr, "inflight"), 2);
+
+    let second = Agent::start(&cg, &args[..4]);
+    assert!(
+        second
+            .log
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| l.contains("took_over=true")),
+        "the second agent must take over, not attach anew"
+    );
+    assert_eq!(field(&cg, up.addr, "inflight"), 2, "state taken over");
+    assert_eq!(field(&cg, up.addr, "shed"), 1);
+    let (_, lines) = Probe::hold(&cg, up.addr, 1);
+    assert_eq!(tally(&lines), (0, 1, 0));
+    held.release();
+    wait_until("the slots taken before the restart", || {
+        field(&cg, up.addr, "inflight") == 0
+    });
+
+    // Without --keep-attached, stopping detaches and unpins.
+    assert!(second.stop().success());
+    assert!(!cg.pin_dir().exists());
+    assert!(!attached_programs(&cg).contains("limiter"));
+}
+
+#[test]
+fn a_recreated_cgroup_is_limited_again() {
+    require_kernel!();
+    let cg = TestCgroup::new("recreate");
+    let up = Upstream::start("127.0.0.1:0", Behaviour::Hold);
+    let agent = Agent::start(&cg, &["--algorithm", "fixed", "--limit", "1"]);
+    let (held, lines) = Probe::hold(&cg, up.addr, 2);
+    assert_eq!(tally(&lines), (1, 1, 0));
+    held.release();
+
+    cg.recreate();
+    wait_until("the agent to attach again", || {
+        agent
+            .log
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| l.contains("limiter re-attached"))
+    });
+    assert!(attached_programs(&cg).contains("limiter_connect4"));
+    let (held, lines) = Probe::hold(&cg, up.addr, 2);
+    assert_eq!(tally(&lines), (1, 1, 0), "enforcement is back");
+    held.release();
+}
