@@ -8,6 +8,8 @@ mod cgroup;
 mod cli;
 mod clock;
 mod config;
+#[cfg(test)]
+mod dist_tests;
 mod control;
 mod enforcement;
 mod events;
