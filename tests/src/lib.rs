@@ -314,6 +314,96 @@ fn serve_http(stream: TcpStream, delay_ms: &std::sync::atomic::AtomicU64) {
     }
 }
 
+/// A network namespace of the test's own, reached from the host over a veth pair: a real
+/// interface rather than loopback. Addresses are from 198.18.0.0/15, the range set aside
+/// for network tests; no traffic leaves the machine.
+pub struct TestNetns {
+    name: String,
+    pub host_addr: std::net::Ipv4Addr,
+    pub peer_addr: std::net::Ipv4Addr,
+}
+
+impl TestNetns {
+    pub fn new() -> Self {
+        static SEQ: AtomicUsize = AtomicUsize::new(0);
+        let n = SEQ.fetch_add(1, Ordering::Relaxed);
+        let name = format!("limiter-test-{}-{n}", std::process::id());
+        let (host_if, peer_if) = (
+            format!("lt{}h{n}", std::process::id()),
+            format!("lt{}p{n}", std::process::id()),
+        );
+        let net = TestNetns {
+            name: name.clone(),
+            host_addr: std::net::Ipv4Addr::new(198, 18, n as u8, 1),
+            peer_addr: std::net::Ipv4Addr::new(198, 18, n as u8, 2),
+        };
+        let ip = |args: &[&str]| {
+            let status = Command::new("ip")
+                .args(args)
+                .status()
+                .expect("ip (iproute2) is not installed");
+            assert!(status.success(), "ip {args:?} failed");
+        };
+        ip(&["netns", "add", &name]);
+        ip(&[
+            "link", "add", &host_if, "type", "veth", "peer", "name", &peer_if, "netns", &name,
+        ]);
+        ip(&[
+            "addr",
+            "add",
+            &format!("{}/24", net.host_addr),
+            "dev",
+            &host_if,
+        ]);
+        ip(&["link", "set", &host_if, "up"]);
+        ip(&[
+            "-n",
+            &name,
+            "addr",
+            "add",
+            &format!("{}/24", net.peer_addr),
+            "dev",
+            &peer_if,
+        ]);
+        ip(&["-n", &name, "link", "set", &peer_if, "up"]);
+        ip(&["-n", &name, "link", "set", "lo", "up"]);
+        net
+    }
+
+    /// Starts an upstream inside the namespace, listening on its veth address.
+    pub fn upstream(&self, behaviour: Behaviour) -> Upstream {
+        let path = format!("/var/run/netns/{}", self.name);
+        let bind = format!("{}:0", self.peer_addr);
+        std::thread::spawn(move || {
+            use std::os::fd::AsRawFd;
+            let ns = std::fs::File::open(path).unwrap();
+            // SAFETY: setns moves only this thread, which exists to bind the listener.
+            assert_eq!(
+                unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) },
+                0
+            );
+            Upstream::start(&bind, behaviour)
+        })
+        .join()
+        .unwrap()
+    }
+}
+
+impl Default for TestNetns {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for TestNetns {
+    fn drop(&mut self) {
+        // Deleting the namespace deletes its end of the veth pair, and with it the other.
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
+    }
+}
+
 /// A listener whose accept queue is full: SYNs to it are dropped, so connects time out.
 pub struct Blackhole {
     pub addr: SocketAddr,

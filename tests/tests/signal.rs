@@ -244,6 +244,28 @@ fn ipv6_traffic_gives_samples_too() {
 }
 
 #[test]
+fn traffic_over_a_real_interface_gives_samples_too() {
+    require_kernel!();
+    let cg = TestCgroup::new("vethsignal");
+    let net = TestNetns::new();
+    let up = net.upstream(Behaviour::Respond {
+        first_byte: Duration::from_millis(10),
+        hold: Duration::ZERO,
+    });
+    let agent = start(&cg);
+    let client = exchange(
+        &cg,
+        up.addr,
+        &["--requests", "3", "--request-bytes", "100000"],
+    );
+    let kernel = wait_signals(&agent, up.addr, "sample", 3);
+    for (k, c) in kernel.iter().zip(&client) {
+        assert_agrees(k.value_ns, *c);
+    }
+    assert_eq!(wait_signals(&agent, up.addr, "handshake", 1).len(), 1);
+}
+
+#[test]
 fn an_overflowing_ring_buffer_counts_its_losses_and_never_stalls_the_application() {
     require_kernel!();
     let cg = TestCgroup::new("overflow");
