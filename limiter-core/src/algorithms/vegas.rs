@@ -12,9 +12,8 @@
 //!   crosses at random; the slope keeps recovery fast without that cliff;
 //! - a queue above beta shrinks by half the excess (at least log10(limit)): the excess is the
 //!   number of requests queued beyond beta. Half of it per window halves a limit of 32 within
-//!   two windows of the filter showing a twentyfold slowdown (a quarter took four), and it does
-//!   not overshoot our own queueing, because the filtered latency falls as soon as the median
-//!   of the windows shows the queue drained.
+//!   two windows of the filter showing a twentyfold slowdown (a quarter took four), and still
+//!   does not overshoot a queue of our own making (the simulator's capacity halving).
 //!
 //! Shrinking is decided on the smoothed latency (one noisy window must not cut the limit);
 //! growing is vetoed by the newest window as well, because the smoothed latency shows a queue
