@@ -225,6 +225,28 @@ fn every_outcome_is_reported_once_per_connection() {
 }
 
 #[test]
+fn connects_the_limiter_refuses_report_no_outcome() {
+    require_kernel!();
+    let cg = TestCgroup::new("shedoutcome");
+    let agent = Agent::start_command(signal_logging(), &cg, &["--algorithm", "fixed", "--limit", "1"]);
+    let held = Upstream::start("127.0.0.1:0", Behaviour::Hold);
+    let (probe, lines) = Probe::hold(&cg, held.addr, 3);
+    assert_eq!(tally(&lines), (1, 2, 0));
+    probe.release();
+    // Signals arrive in order: once a later exchange's sample is in, so is anything the
+    // refused sockets' close could have reported.
+    let later = respond(1, 0);
+    exchange(&cg, later.addr, &[]);
+    wait_signals(&agent, later.addr, "sample", 1);
+    let outcomes: Vec<_> = agent
+        .signals()
+        .into_iter()
+        .filter(|s| s.destination == held.addr && s.kind != "handshake")
+        .collect();
+    assert!(outcomes.is_empty(), "a shed connect is not an upstream outcome: {outcomes:?}");
+}
+
+#[test]
 fn ipv6_traffic_gives_samples_too() {
     require_kernel!();
     let cg = TestCgroup::new("ipv6signal");

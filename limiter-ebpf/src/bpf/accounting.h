@@ -56,10 +56,12 @@ static __always_inline __s64 slot_take(struct sock_state *ss, struct dest_state 
 	return __sync_fetch_and_add(&st->inflight, 1);
 }
 
-/* Undoes slot_take for a connect that is refused after all. */
+/* Undoes slot_take for a connect that is refused after all. The refusal is ours, not the
+ * upstream's: mark the connect settled so that closing the socket reports no outcome. */
 static __always_inline void slot_untake(struct sock_state *ss, struct dest_state *st)
 {
 	ss->holds_slot = 0;
+	ss->flags |= LIMITER_SOCK_CONNECT_DONE;
 	__sync_fetch_and_add(&st->inflight, -1);
 }
 
