@@ -24,7 +24,12 @@ fn the_unit_runs_a_command_line_the_agent_accepts() {
 
 #[test]
 fn the_unit_grants_exactly_the_capabilities_preflight_checks() {
-    for cap in ["CAP_BPF", "CAP_NET_ADMIN", "CAP_SYS_ADMIN", "CAP_SYS_PTRACE"] {
+    for cap in [
+        "CAP_BPF",
+        "CAP_NET_ADMIN",
+        "CAP_SYS_ADMIN",
+        "CAP_SYS_PTRACE",
+    ] {
         let granted = |key: &str| {
             UNIT.lines()
                 .find_map(|l| l.strip_prefix(key))

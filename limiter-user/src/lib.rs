@@ -8,9 +8,9 @@ mod cgroup;
 mod cli;
 mod clock;
 mod config;
+mod control;
 #[cfg(test)]
 mod dist_tests;
-mod control;
 mod enforcement;
 mod events;
 mod lock;
