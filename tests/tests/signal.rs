@@ -228,7 +228,11 @@ fn every_outcome_is_reported_once_per_connection() {
 fn connects_the_limiter_refuses_report_no_outcome() {
     require_kernel!();
     let cg = TestCgroup::new("shedoutcome");
-    let agent = Agent::start_command(signal_logging(), &cg, &["--algorithm", "fixed", "--limit", "1"]);
+    let agent = Agent::start_command(
+        signal_logging(),
+        &cg,
+        &["--algorithm", "fixed", "--limit", "1"],
+    );
     let held = Upstream::start("127.0.0.1:0", Behaviour::Hold);
     let (probe, lines) = Probe::hold(&cg, held.addr, 3);
     assert_eq!(tally(&lines), (1, 2, 0));
@@ -243,7 +247,10 @@ fn connects_the_limiter_refuses_report_no_outcome() {
         .into_iter()
         .filter(|s| s.destination == held.addr && s.kind != "handshake")
         .collect();
-    assert!(outcomes.is_empty(), "a shed connect is not an upstream outcome: {outcomes:?}");
+    assert!(
+        outcomes.is_empty(),
+        "a shed connect is not an upstream outcome: {outcomes:?}"
+    );
 }
 
 #[test]
