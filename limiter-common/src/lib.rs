@@ -5,7 +5,7 @@
 
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-pub const ABI_VERSION: u32 = 3;
+pub const ABI_VERSION: u32 = 4;
 
 pub const MODE_DEFAULT: u32 = 0;
 pub const MODE_OFF: u32 = 1;
@@ -14,6 +14,11 @@ pub const MODE_PROD: u32 = 3;
 
 pub const EVENT_SHED: u32 = 1;
 pub const EVENT_WOULD_SHED: u32 = 2;
+pub const EVENT_REDIRECTED: u32 = 3;
+pub const EVENT_WOULD_REDIRECT: u32 = 4;
+
+pub const MAX_PEERS: usize = 7;
+pub const PEERS_ENTRIES: u32 = 4096;
 
 pub const SIGNAL_SAMPLE: u32 = 1;
 pub const SIGNAL_CONNECT_REFUSED: u32 = 2;
@@ -29,17 +34,21 @@ pub const PHASE_RECEIVING: u32 = 2;
 pub const SOCK_RST_SEEN: u32 = 1 << 0;
 pub const SOCK_CONNECT_DONE: u32 = 1 << 1;
 pub const SOCK_SEQ_VALID: u32 = 1 << 2;
+pub const SOCK_REDIRECTED: u32 = 1 << 3;
 
 /// Map names, as pinned under the agent's per-cgroup directory.
 pub mod maps {
     pub const DESTS: &str = "dests";
     pub const POLICIES: &str = "policies";
+    pub const PEERS: &str = "peers";
     pub const CONFIG: &str = "config";
     pub const STATS: &str = "stats";
     pub const SOCKETS: &str = "sockets";
     pub const EVENTS: &str = "events";
     pub const SIGNALS: &str = "signals";
-    pub const ALL: [&str; 7] = [DESTS, POLICIES, CONFIG, STATS, SOCKETS, EVENTS, SIGNALS];
+    pub const ALL: [&str; 8] = [
+        DESTS, POLICIES, PEERS, CONFIG, STATS, SOCKETS, EVENTS, SIGNALS,
+    ];
 }
 
 /// A destination: IPv6 address in network byte order, IPv4 stored as `::ffff:a.b.c.d`.
@@ -113,9 +122,34 @@ pub struct DestState {
     pub shed: u64,
     pub would_shed: u64,
     pub redirected: u64,
+    pub would_redirect: u64,
     pub connect_failed: u64,
     pub closed: u64,
     pub samples: u64,
+}
+
+/// A group member's fall-forward candidates, in the order they are tried.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DestPeers {
+    pub count: u32,
+    pub peers: [DestKey; MAX_PEERS],
+}
+
+impl DestPeers {
+    /// None when there are more than [`MAX_PEERS`].
+    pub fn new(peers: &[DestKey]) -> Option<Self> {
+        let mut out = DestPeers {
+            count: peers.len() as u32,
+            ..DestPeers::default()
+        };
+        out.peers.get_mut(..peers.len())?.copy_from_slice(peers);
+        Some(out)
+    }
+
+    pub fn as_slice(&self) -> &[DestKey] {
+        &self.peers[..(self.count as usize).min(MAX_PEERS)]
+    }
 }
 
 #[repr(C)]
@@ -160,7 +194,7 @@ pub struct SockState {
     pub request_inflight: u32,
     pub next_seq: u32,
     pub flags: u32,
-    pub _pad: u32,
+    pub requested: DestKey,
 }
 
 #[repr(C)]
@@ -168,12 +202,12 @@ pub struct SockState {
 pub struct LimiterEvent {
     pub ts_ns: u64,
     pub dest: DestKey,
+    pub peer: DestKey,
     pub kind: u32,
     pub pid: u32,
     pub limit: u32,
     pub inflight: u32,
     pub comm: [u8; 16],
-    pub _pad: u32,
 }
 
 #[repr(C)]
@@ -202,11 +236,12 @@ impl LimiterEvent {
 const _: () = {
     assert!(core::mem::size_of::<DestKey>() == 20);
     assert!(core::mem::size_of::<DestPolicy>() == 48);
-    assert!(core::mem::size_of::<DestState>() == 72);
+    assert!(core::mem::size_of::<DestState>() == 80);
+    assert!(core::mem::size_of::<DestPeers>() == 144);
     assert!(core::mem::size_of::<LimiterConfig>() == 32);
     assert!(core::mem::size_of::<GlobalStats>() == 32);
-    assert!(core::mem::size_of::<SockState>() == 72);
-    assert!(core::mem::size_of::<LimiterEvent>() == 64);
+    assert!(core::mem::size_of::<SockState>() == 88);
+    assert!(core::mem::size_of::<LimiterEvent>() == 80);
     assert!(core::mem::size_of::<LimiterSignal>() == 48);
 };
 
@@ -217,6 +252,7 @@ mod pod {
     unsafe impl aya::Pod for DestKey {}
     unsafe impl aya::Pod for DestPolicy {}
     unsafe impl aya::Pod for DestState {}
+    unsafe impl aya::Pod for DestPeers {}
     unsafe impl aya::Pod for LimiterConfig {}
     unsafe impl aya::Pod for GlobalStats {}
     unsafe impl aya::Pod for SockState {}
@@ -240,6 +276,18 @@ mod tests {
     fn ipv6_round_trips() {
         let v6: SocketAddr = "[2001:db8::7]:8080".parse().unwrap();
         assert_eq!(DestKey::new(v6).socket_addr(), v6);
+    }
+
+    #[test]
+    fn peers_keep_their_order_and_their_bound() {
+        let keys: [DestKey; 8] = core::array::from_fn(|i| {
+            DestKey::new(SocketAddr::new([127, 0, 0, 1].into(), i as u16))
+        });
+        let peers = DestPeers::new(&keys[..3]).unwrap();
+        assert_eq!(peers.count, 3);
+        assert_eq!(peers.as_slice(), &keys[..3]);
+        assert!(DestPeers::new(&keys[..MAX_PEERS]).is_some());
+        assert!(DestPeers::new(&keys).is_none());
     }
 
     #[test]

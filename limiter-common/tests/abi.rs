@@ -27,7 +27,7 @@ fn layouts() -> Vec<Layout> {
         layout!(
             DestPolicy,
             "dest_policy",
-            [limit, mode, baseline_ns, p90_ns]
+            [limit, mode, baseline_ns, p90_ns, account_as, _pad]
         ),
         layout!(
             DestState,
@@ -39,11 +39,13 @@ fn layouts() -> Vec<Layout> {
                 shed,
                 would_shed,
                 redirected,
+                would_redirect,
                 connect_failed,
                 closed,
                 samples
             ]
         ),
+        layout!(DestPeers, "dest_peers", [count, peers]),
         layout!(
             LimiterConfig,
             "limiter_config",
@@ -75,13 +77,13 @@ fn layouts() -> Vec<Layout> {
                 request_inflight,
                 next_seq,
                 flags,
-                _pad
+                requested
             ]
         ),
         layout!(
             LimiterEvent,
             "limiter_event",
-            [ts_ns, dest, kind, pid, limit, inflight, comm, _pad]
+            [ts_ns, dest, peer, kind, pid, limit, inflight, comm]
         ),
         layout!(
             LimiterSignal,
@@ -91,7 +93,7 @@ fn layouts() -> Vec<Layout> {
     ]
 }
 
-const CONSTANTS: [(&str, u32); 19] = [
+const CONSTANTS: [(&str, u32); 24] = [
     ("LIMITER_ABI_VERSION", ABI_VERSION),
     ("LIMITER_MODE_DEFAULT", MODE_DEFAULT),
     ("LIMITER_MODE_OFF", MODE_OFF),
@@ -99,6 +101,10 @@ const CONSTANTS: [(&str, u32); 19] = [
     ("LIMITER_MODE_PROD", MODE_PROD),
     ("LIMITER_EVENT_SHED", EVENT_SHED),
     ("LIMITER_EVENT_WOULD_SHED", EVENT_WOULD_SHED),
+    ("LIMITER_EVENT_REDIRECTED", EVENT_REDIRECTED),
+    ("LIMITER_EVENT_WOULD_REDIRECT", EVENT_WOULD_REDIRECT),
+    ("LIMITER_MAX_PEERS", MAX_PEERS as u32),
+    ("LIMITER_PEERS_ENTRIES", PEERS_ENTRIES),
     ("LIMITER_SIGNAL_SAMPLE", SIGNAL_SAMPLE),
     ("LIMITER_SIGNAL_CONNECT_REFUSED", SIGNAL_CONNECT_REFUSED),
     ("LIMITER_SIGNAL_CONNECT_TIMEOUT", SIGNAL_CONNECT_TIMEOUT),
@@ -111,6 +117,7 @@ const CONSTANTS: [(&str, u32); 19] = [
     ("LIMITER_SOCK_RST_SEEN", SOCK_RST_SEEN),
     ("LIMITER_SOCK_CONNECT_DONE", SOCK_CONNECT_DONE),
     ("LIMITER_SOCK_SEQ_VALID", SOCK_SEQ_VALID),
+    ("LIMITER_SOCK_REDIRECTED", SOCK_REDIRECTED),
 ];
 
 /// The C program prints one `name value` line per fact; the expectation lists the same lines.

@@ -13,7 +13,7 @@
 
 #include <linux/types.h>
 
-#define LIMITER_ABI_VERSION 3
+#define LIMITER_ABI_VERSION 4
 
 /* Modes. 0 in a per-destination policy means "use the global default". */
 #define LIMITER_MODE_DEFAULT 0
@@ -24,6 +24,14 @@
 /* Decision kinds on the `events` ring buffer. */
 #define LIMITER_EVENT_SHED 1
 #define LIMITER_EVENT_WOULD_SHED 2
+#define LIMITER_EVENT_REDIRECTED 3     /* handed to limiter_event.peer (fall-forward) */
+#define LIMITER_EVENT_WOULD_REDIRECT 4 /* shadow: limiter_event.peer had room */
+
+/* Fall-forward. A destination has at most LIMITER_MAX_PEERS peers (groups of up to 8
+ * members), so that trying them is a loop of constant bound. Only members of configured
+ * groups have an entry in the `peers` map, at most LIMITER_PEERS_ENTRIES of them. */
+#define LIMITER_MAX_PEERS 7
+#define LIMITER_PEERS_ENTRIES 4096
 
 /* Signal kinds on the `signals` ring buffer. */
 #define LIMITER_SIGNAL_SAMPLE 1          /* request -> first response byte; value_ns = latency */
@@ -42,6 +50,7 @@
 #define LIMITER_SOCK_RST_SEEN (1 << 0)     /* a RST arrived before the handshake completed */
 #define LIMITER_SOCK_CONNECT_DONE (1 << 1) /* the connect outcome has been reported */
 #define LIMITER_SOCK_SEQ_VALID (1 << 2)    /* next_seq holds a sent sequence number */
+#define LIMITER_SOCK_REDIRECTED (1 << 3)   /* connected to dest instead of `requested` */
 
 /* A destination: IPv6 address (IPv4 as ::ffff:a.b.c.d, so v4-mapped IPv6 is the same key). */
 struct dest_key {
@@ -72,10 +81,19 @@ struct dest_state {
 	__u64 admitted;
 	__u64 shed;
 	__u64 would_shed;
-	__u64 redirected;
+	__u64 redirected;     /* connects at the limit handed to a peer (prod) */
+	__u64 would_redirect; /* connects at the limit shadow let through while a peer had room */
 	__u64 connect_failed;
 	__u64 closed;
 	__u64 samples;
+};
+
+/* Written by the agent for each member of a configured group: where a connect to this
+ * destination goes when it is at its limit, tried in this order. All of one address family
+ * (all IPv4, stored v4-mapped, or all IPv6), as the connect can only be rewritten within it. */
+struct dest_peers {
+	__u32 count; /* <= LIMITER_MAX_PEERS */
+	struct dest_key peers[LIMITER_MAX_PEERS];
 };
 
 /* Written by the agent; one entry. */
@@ -99,6 +117,7 @@ struct global_stats {
 
 /* Per-socket state (SK_STORAGE): dies with the socket. */
 struct sock_state {
+	/* Where the socket is connected and holds its slot: a peer after fall-forward. */
 	struct dest_key dest;
 	__u32 holds_slot; /* 1 while this socket counts in dest's inflight */
 	__u64 dest_created_ns;
@@ -109,19 +128,20 @@ struct sock_state {
 	__u32 request_inflight; /* dest's inflight when that request started */
 	__u32 next_seq;         /* one past the last payload byte sent: older is a retransmit */
 	__u32 flags;            /* LIMITER_SOCK_* */
-	__u32 _pad;
+	/* What the application connected to, when LIMITER_SOCK_REDIRECTED: getpeername says so. */
+	struct dest_key requested;
 };
 
 /* A decision, sent to the agent through the ring buffer. */
 struct limiter_event {
 	__u64 ts_ns;
 	struct dest_key dest;
-	__u32 kind; /* LIMITER_EVENT_* */
+	struct dest_key peer; /* REDIRECTED, WOULD_REDIRECT: the peer; else zero */
+	__u32 kind;           /* LIMITER_EVENT_* */
 	__u32 pid;
 	__u32 limit;
 	__u32 inflight;
 	char comm[16];
-	__u32 _pad;
 };
 
 /* A latency sample or outcome, sent to the agent through the `signals` ring buffer. */

@@ -56,6 +56,7 @@ fn settings(config: &Config, plan: &Plan) -> Settings {
         heartbeat_timeout: Duration::from_secs(config.heartbeat_timeout_secs),
         max_destinations: config.max_destinations,
         policies: plan.static_policies(),
+        peers: plan.static_peers(),
         signal_buffer_bytes: config.signal_buffer_kib * 1024,
     }
 }

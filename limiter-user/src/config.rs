@@ -6,7 +6,7 @@ use std::{
 };
 
 use anyhow::{bail, Context, Result};
-use limiter_common::{MODE_OFF, MODE_PROD, MODE_SHADOW};
+use limiter_common::{DestKey, MAX_PEERS, MODE_OFF, MODE_PROD, MODE_SHADOW, PEERS_ENTRIES};
 use limiter_core::{Algorithm, ControlConfig, Limits};
 use serde::{Deserialize, Serialize};
 
@@ -75,6 +75,8 @@ pub struct Config {
     pub resolve_interval_secs: u64,
     #[serde(default, rename = "destination")]
     pub destinations: Vec<DestinationConfig>,
+    #[serde(default, rename = "group")]
+    pub groups: Vec<GroupConfig>,
     #[serde(default, rename = "exclude")]
     pub excludes: Vec<ExcludeConfig>,
 }
@@ -93,6 +95,66 @@ pub struct DestinationConfig {
     pub initial: Option<u32>,
     pub min: Option<u32>,
     pub max: Option<u32>,
+}
+
+/// Interchangeable replicas of one service: each member is a destination with its own
+/// limit; a connect to a member at its limit falls forward to the others, in this order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupConfig {
+    pub name: String,
+    pub members: Vec<SocketAddr>,
+    pub mode: Option<Mode>,
+    pub algorithm: Option<Algorithm>,
+    pub limit: Option<u32>,
+    pub initial: Option<u32>,
+    pub min: Option<u32>,
+    pub max: Option<u32>,
+}
+
+/// What a `[[destination]]` or a `[[group]]` (for each member) sets over the global settings.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Overrides {
+    pub mode: Option<Mode>,
+    pub algorithm: Option<Algorithm>,
+    pub limit: Option<u32>,
+    pub initial: Option<u32>,
+    pub min: Option<u32>,
+    pub max: Option<u32>,
+}
+
+/// Both tables spell the overrides alike (serde cannot flatten a shared struct into a
+/// table that denies unknown keys).
+macro_rules! overrides_of {
+    ($table:ty) => {
+        impl $table {
+            pub fn overrides(&self) -> Overrides {
+                Overrides {
+                    mode: self.mode,
+                    algorithm: self.algorithm,
+                    limit: self.limit,
+                    initial: self.initial,
+                    min: self.min,
+                    max: self.max,
+                }
+            }
+        }
+    };
+}
+overrides_of!(DestinationConfig);
+overrides_of!(GroupConfig);
+
+impl GroupConfig {
+    /// Where a connect to member `i` falls forward to: the other members, in configured
+    /// order from the top (the list is an order of preference, the same for every member).
+    pub fn peers_of(&self, i: usize) -> Vec<SocketAddr> {
+        let me = DestKey::new(self.members[i]);
+        self.members
+            .iter()
+            .copied()
+            .filter(|&m| DestKey::new(m) != me)
+            .collect()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -167,15 +229,93 @@ impl Config {
                     d.name
                 );
             }
-            if d.limit == Some(0) {
-                bail!("destination `{}`: limit must be at least 1", d.name);
-            }
-            validate_limits(self.destination_limits(d))
+            self.validate_overrides(&d.overrides())
                 .with_context(|| format!("destination `{}`", d.name))?;
         }
+        for g in &self.groups {
+            self.validate_group(g)
+                .with_context(|| format!("group `{}`", g.name))?;
+        }
         let mut names = std::collections::HashSet::new();
-        if let Some(d) = self.destinations.iter().find(|d| !names.insert(&d.name)) {
-            bail!("destination `{}` is defined twice", d.name);
+        let all_names = self.destinations.iter().map(|d| &d.name);
+        if let Some(name) = all_names
+            .chain(self.groups.iter().map(|g| &g.name))
+            .find(|name| !names.insert(*name))
+        {
+            bail!("`{name}` is defined twice (destination and group names are one namespace)");
+        }
+        self.validate_membership()
+    }
+
+    fn validate_overrides(&self, o: &Overrides) -> Result<()> {
+        if o.limit == Some(0) {
+            bail!("limit must be at least 1");
+        }
+        validate_limits(self.override_limits(o))
+    }
+
+    fn validate_group(&self, g: &GroupConfig) -> Result<()> {
+        if g.members.len() < 2 {
+            bail!("a group needs at least 2 members to fall forward between");
+        }
+        if g.members.len() > MAX_PEERS + 1 {
+            bail!(
+                "a group has at most {} members, not {}",
+                MAX_PEERS + 1,
+                g.members.len()
+            );
+        }
+        // v4-mapped IPv6 is IPv4 here, as in the kernel.
+        let is_v4 = |a: &SocketAddr| DestKey::new(*a).socket_addr().is_ipv4();
+        if g.members.iter().any(|m| is_v4(m) != is_v4(&g.members[0])) {
+            bail!("members must all be IPv4 or all IPv6: a connect is only redirected within its address family");
+        }
+        self.validate_overrides(&g.overrides())
+    }
+
+    /// An address is in at most one group, and not also in a `[[destination]]` or an
+    /// `[[exclude]]`: a member is a destination of its own.
+    fn validate_membership(&self) -> Result<()> {
+        let mut owner = std::collections::HashMap::new();
+        for g in &self.groups {
+            for &m in &g.members {
+                match owner.insert(DestKey::new(m), &g.name) {
+                    Some(other) if *other == g.name => {
+                        bail!("{m} is listed twice in group `{other}`")
+                    }
+                    Some(other) => {
+                        bail!(
+                            "{m} is a member of group `{other}` and of group `{}`",
+                            g.name
+                        )
+                    }
+                    None => {}
+                }
+            }
+        }
+        if owner.len() > PEERS_ENTRIES as usize {
+            bail!(
+                "groups have {} members in all, at most {PEERS_ENTRIES} are supported",
+                owner.len()
+            );
+        }
+        let elsewhere = self
+            .destinations
+            .iter()
+            .flat_map(|d| {
+                d.addresses
+                    .iter()
+                    .map(move |a| (*a, format!("destination `{}`", d.name)))
+            })
+            .chain(
+                self.excludes
+                    .iter()
+                    .flat_map(|e| e.addresses.iter().map(|a| (*a, "[[exclude]]".to_string()))),
+            );
+        for (addr, what) in elsewhere {
+            if let Some(group) = owner.get(&DestKey::new(addr)) {
+                bail!("{addr} is a member of group `{group}` and in {what}");
+            }
         }
         Ok(())
     }
@@ -190,21 +330,26 @@ impl Config {
         }
     }
 
-    /// A configured destination's controller: its overrides over the global settings.
-    pub fn destination_control(&self, d: &DestinationConfig) -> ControlConfig {
+    /// A configured destination's (or group member's) controller: its overrides over the
+    /// global settings.
+    pub fn override_control(&self, o: &Overrides) -> ControlConfig {
         ControlConfig {
-            algorithm: d.algorithm.unwrap_or(self.algorithm),
-            limits: self.destination_limits(d),
-            fixed_limit: d.limit.or(self.limit),
+            algorithm: o.algorithm.unwrap_or(self.algorithm),
+            limits: self.override_limits(o),
+            fixed_limit: o.limit.or(self.limit),
             ..ControlConfig::default()
         }
     }
 
-    fn destination_limits(&self, d: &DestinationConfig) -> Limits {
+    pub fn override_mode(&self, o: &Overrides) -> Mode {
+        o.mode.unwrap_or(self.mode)
+    }
+
+    fn override_limits(&self, o: &Overrides) -> Limits {
         Limits {
-            initial: d.initial.unwrap_or(self.limits.initial),
-            min: d.min.unwrap_or(self.limits.min),
-            max: d.max.unwrap_or(self.limits.max),
+            initial: o.initial.unwrap_or(self.limits.initial),
+            min: o.min.unwrap_or(self.limits.min),
+            max: o.max.unwrap_or(self.limits.max),
         }
     }
 }
@@ -256,6 +401,12 @@ mode = "shadow"
 algorithm = "fixed"
 limit = 50
 
+[[group]]
+name = "inference"
+members = ["127.0.0.1:8001", "127.0.0.1:8002", "127.0.0.1:8003"]
+algorithm = "fixed"
+limit = 2
+
 [[exclude]]
 addresses = ["127.0.0.53:53"]
 "#;
@@ -281,10 +432,105 @@ addresses = ["127.0.0.53:53"]
         let c = Config::load(f.path()).unwrap();
         let again: Config = toml::from_str(&toml::to_string(&c).unwrap()).unwrap();
         assert_eq!(c, again);
-        let payments = c.destination_control(&c.destinations[0]);
+        let payments = c.override_control(&c.destinations[0].overrides());
         assert_eq!(payments.algorithm, Algorithm::Fixed);
         assert_eq!(payments.effective_limits().initial, 50);
         assert_eq!(c.control().algorithm, Algorithm::Vegas);
+        let inference = &c.groups[0];
+        assert_eq!(
+            c.override_control(&inference.overrides())
+                .effective_limits()
+                .max,
+            2
+        );
+        assert_eq!(c.override_mode(&inference.overrides()), Mode::Prod);
+    }
+
+    #[test]
+    fn a_member_falls_forward_to_the_others_from_the_top() {
+        let c: Config = toml::from_str(SPEC_EXAMPLE).unwrap();
+        let addr = |s: &str| s.parse::<SocketAddr>().unwrap();
+        let g = &c.groups[0];
+        assert_eq!(
+            g.peers_of(0),
+            [addr("127.0.0.1:8002"), addr("127.0.0.1:8003")]
+        );
+        assert_eq!(
+            g.peers_of(1),
+            [addr("127.0.0.1:8001"), addr("127.0.0.1:8003")]
+        );
+        assert_eq!(
+            g.peers_of(2),
+            [addr("127.0.0.1:8001"), addr("127.0.0.1:8002")]
+        );
+    }
+
+    /// The error `load` gives for a configuration, with its context.
+    fn refusal(text: &str) -> String {
+        let f = write(text);
+        format!("{:#}", Config::load(f.path()).unwrap_err())
+    }
+
+    #[test]
+    fn groups_are_refused_when_they_cannot_fall_forward() {
+        let group = |members: &str| format!("[[group]]\nname = \"g\"\nmembers = [{members}]\n");
+        let err = refusal(&group("\"127.0.0.1:1\""));
+        assert!(
+            err.contains("group `g`") && err.contains("at least 2 members"),
+            "{err}"
+        );
+        let nine: Vec<String> = (1..=9).map(|p| format!("\"127.0.0.1:{p}\"")).collect();
+        let err = refusal(&group(&nine.join(", ")));
+        assert!(err.contains("at most 8 members"), "{err}");
+        let err = refusal(&group("\"127.0.0.1:1\", \"[::1]:2\""));
+        assert!(err.contains("all be IPv4 or all IPv6"), "{err}");
+        // v4-mapped IPv6 is IPv4.
+        let c: Config =
+            toml::from_str(&group("\"127.0.0.1:1\", \"[::ffff:127.0.0.2]:2\"")).unwrap();
+        c.validate().unwrap();
+        let err = refusal(&format!(
+            "{}limit = 0\n",
+            group("\"127.0.0.1:1\", \"127.0.0.1:2\"")
+        ));
+        assert!(
+            err.contains("group `g`") && err.contains("limit must be at least 1"),
+            "{err}"
+        );
+        let err = refusal(&format!(
+            "{}peers = []\n",
+            group("\"127.0.0.1:1\", \"127.0.0.1:2\"")
+        ));
+        assert!(err.contains("unknown field `peers`"), "{err}");
+    }
+
+    #[test]
+    fn a_member_belongs_to_one_group_and_nothing_else() {
+        let base = "[[group]]\nname = \"a\"\nmembers = [\"127.0.0.1:1\", \"127.0.0.1:2\"]\n";
+        let err = refusal(&format!(
+            "{base}[[group]]\nname = \"b\"\nmembers = [\"127.0.0.1:2\", \"127.0.0.1:3\"]\n"
+        ));
+        assert!(
+            err.contains("127.0.0.1:2 is a member of group `a` and of group `b`"),
+            "{err}"
+        );
+        let err =
+            refusal("[[group]]\nname = \"a\"\nmembers = [\"127.0.0.1:1\", \"127.0.0.1:1\"]\n");
+        assert!(
+            err.contains("127.0.0.1:1 is listed twice in group `a`"),
+            "{err}"
+        );
+        let err = refusal(&format!(
+            "{base}[[destination]]\nname = \"d\"\naddresses = [\"127.0.0.1:1\"]\n"
+        ));
+        assert!(err.contains("group `a` and in destination `d`"), "{err}");
+        let err = refusal(&format!(
+            "{base}[[exclude]]\naddresses = [\"127.0.0.1:2\"]\n"
+        ));
+        assert!(err.contains("group `a` and in [[exclude]]"), "{err}");
+        let err = refusal(&format!(
+            "{base}[[destination]]\nname = \"a\"\naddresses = [\"127.0.0.1:9\"]\n"
+        ));
+        assert!(err.contains("`a` is defined twice"), "{err}");
     }
 
     #[test]
@@ -343,6 +589,6 @@ addresses = ["127.0.0.53:53"]
     fn destination_names_are_unique() {
         let f = write("[[destination]]\nname = \"x\"\naddresses = [\"127.0.0.1:1\"]\n[[destination]]\nname = \"x\"\naddresses = [\"127.0.0.1:2\"]\n");
         let err = format!("{:#}", Config::load(f.path()).unwrap_err());
-        assert!(err.contains("defined twice"), "{err}");
+        assert!(err.contains("`x` is defined twice"), "{err}");
     }
 }

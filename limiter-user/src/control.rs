@@ -138,6 +138,8 @@ impl ControlLoop {
                 tables.policies.insert(key, policy, 0)?;
             }
         }
+        // Peers are the configuration's alone (the controllers write policies only).
+        tables.set_peers(&plan.static_peers())?;
         for (key, m) in &mut self.managed {
             let config = *plan.control_for(key);
             if config != m.config {
@@ -158,6 +160,7 @@ impl ControlLoop {
         for (key, policy) in self.plan.static_policies() {
             tables.policies.insert(key, policy, 0)?;
         }
+        tables.set_peers(&self.plan.static_peers())?;
         self.sync(now_ns, tables)
     }
 

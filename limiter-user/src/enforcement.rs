@@ -11,7 +11,7 @@ use aya::{
     },
     Ebpf, EbpfLoader,
 };
-use limiter_common::{maps, DestKey, DestPolicy, LimiterConfig, SockState, ABI_VERSION};
+use limiter_common::{maps, DestKey, DestPeers, DestPolicy, LimiterConfig, SockState, ABI_VERSION};
 use tracing::info;
 
 use crate::{
@@ -31,6 +31,8 @@ pub struct Settings {
     pub max_destinations: u32,
     /// Written before any connect is seen (exclusions, grouped addresses).
     pub policies: Vec<(DestKey, DestPolicy)>,
+    /// Fall-forward candidates of group members, also in place before any connect.
+    pub peers: Vec<(DestKey, DestPeers)>,
     pub signal_buffer_bytes: u32,
 }
 
@@ -40,13 +42,17 @@ pub struct Rings {
     pub signals: RingBuf<MapData>,
 }
 
-/// The programs, in the order they are attached: release paths and observers first, so
-/// that from the moment a connect can take a slot, the slot comes back.
-const PROGRAMS: [&str; 6] = [
+/// The programs, in the order they are attached: release paths, observers and the
+/// getpeername restore first, so that from the moment a connect can take a slot (or be
+/// redirected to a peer), the slot comes back (and the application sees the address it
+/// asked for). Detaching goes in reverse order, connect hooks first, for the same reason.
+const PROGRAMS: [&str; 8] = [
     "limiter_sock_release",
     "limiter_sockops",
     "limiter_egress",
     "limiter_ingress",
+    "limiter_getpeername4",
+    "limiter_getpeername6",
     "limiter_connect4",
     "limiter_connect6",
 ];
@@ -147,6 +153,7 @@ impl Enforcement {
         for (key, policy) in &settings.policies {
             enforcement.tables.policies.insert(key, policy, 0)?;
         }
+        enforcement.tables.set_peers(&settings.peers)?;
         Ok((enforcement, rings))
     }
 
@@ -202,8 +209,8 @@ impl Drop for Enforcement {
                 }
             }
             OnDrop::Detach => {
-                // Dropping a link detaches its program.
-                self.links.clear();
+                // Dropping a link detaches its program: connect hooks first.
+                self.links.drain(..).rev().for_each(drop);
                 if let Err(e) = self.pins.remove() {
                     tracing::error!("{e:#}");
                 }
@@ -250,6 +257,7 @@ fn load_and_attach(
     for (key, policy) in &settings.policies {
         tables.policies.insert(key, policy, 0)?;
     }
+    tables.set_peers(&settings.peers)?;
     let mut ring = |name: &str| -> Result<RingBuf<MapData>> {
         let map = ebpf
             .take_map(name)

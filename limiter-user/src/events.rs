@@ -7,7 +7,9 @@ use std::{
 };
 
 use aya::maps::{MapData, RingBuf};
-use limiter_common::{DestKey, LimiterEvent, EVENT_SHED, EVENT_WOULD_SHED};
+use limiter_common::{
+    DestKey, LimiterEvent, EVENT_REDIRECTED, EVENT_SHED, EVENT_WOULD_REDIRECT, EVENT_WOULD_SHED,
+};
 use tracing::{debug, info};
 
 /// How often the info-level summary may be written.
@@ -19,7 +21,7 @@ struct Tally {
     last: LimiterEvent,
 }
 
-/// Shed decisions folded per destination and kind until the next summary.
+/// Decisions folded per destination and kind until the next summary.
 pub struct DecisionLog {
     ring: RingBuf<MapData>,
     tallies: BTreeMap<(DestKey, u32), Tally>,
@@ -51,6 +53,7 @@ impl DecisionLog {
         debug!(
             decision = kind_name(ev.kind),
             destination = %ev.dest.socket_addr(),
+            peer = peer(&ev).unwrap_or_default(),
             pid = ev.pid,
             comm = ev.comm(),
             limit = ev.limit,
@@ -68,8 +71,11 @@ impl DecisionLog {
         }
         self.last_summary = now;
         for ((dest, kind), tally) in std::mem::take(&mut self.tallies) {
+            let to_peer = peer(&tally.last)
+                .map(|p| format!(", last to peer {p}"))
+                .unwrap_or_default();
             info!(
-                "{} {} connect(s) to {} at limit {} (last by {}[{}])",
+                "{} {} connect(s) to {} at limit {} (last by {}[{}]{to_peer})",
                 kind_name(kind),
                 tally.count,
                 dest.socket_addr(),
@@ -92,6 +98,14 @@ fn kind_name(kind: u32) -> &'static str {
     match kind {
         EVENT_SHED => "shed",
         EVENT_WOULD_SHED => "would_shed",
+        EVENT_REDIRECTED => "redirected",
+        EVENT_WOULD_REDIRECT => "would_redirect",
         _ => "unknown",
     }
+}
+
+/// The fall-forward target of a (would-be) redirect.
+fn peer(ev: &LimiterEvent) -> Option<String> {
+    matches!(ev.kind, EVENT_REDIRECTED | EVENT_WOULD_REDIRECT)
+        .then(|| ev.peer.socket_addr().to_string())
 }

@@ -51,7 +51,7 @@ struct PerDestination {
     value: fn(&Row) -> Option<f64>,
 }
 
-const PER_DESTINATION: [PerDestination; 9] = [
+const PER_DESTINATION: [PerDestination; 10] = [
     PerDestination {
         name: "limiter_limit",
         help: "Concurrent connections allowed",
@@ -99,6 +99,12 @@ const PER_DESTINATION: [PerDestination; 9] = [
         help: "Connects handed to a peer with room",
         counter: true,
         value: |r| Some(r.redirected as f64),
+    },
+    PerDestination {
+        name: "limiter_would_redirect",
+        help: "Connects shadow mode admitted above the limit while a peer had room",
+        counter: true,
+        value: |r| Some(r.would_redirect as f64),
     },
     PerDestination {
         name: "limiter_connect_failed",
@@ -242,4 +248,44 @@ async fn scrape(
         }
     };
     Ok(response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fall_forward_counters_are_exported_per_destination() {
+        let metrics = Metrics::default();
+        metrics.publish(Snapshot {
+            rows: vec![Row {
+                address: "127.0.0.1".into(),
+                port: 8001,
+                mode: "shadow",
+                limit: 2,
+                inflight: 3,
+                admitted: 3,
+                shed: 0,
+                would_shed: 1,
+                redirected: 4,
+                would_redirect: 2,
+                connect_failed: 0,
+                baseline_ms: None,
+                p90_ms: None,
+            }],
+            ..Snapshot::default()
+        });
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(metrics));
+        let mut body = String::new();
+        encode(&mut body, &registry).unwrap();
+        let value = |name: &str| {
+            let prefix = format!("{name}{{destination=\"127.0.0.1:8001\",mode=\"shadow\"}} ");
+            body.lines()
+                .find_map(|l| l.strip_prefix(&prefix))
+                .and_then(|v| v.parse::<f64>().ok())
+        };
+        assert_eq!(value("limiter_redirected_total"), Some(4.0), "{body}");
+        assert_eq!(value("limiter_would_redirect_total"), Some(2.0), "{body}");
+    }
 }

@@ -1,20 +1,25 @@
 //! What the configuration means for the kernel: which addresses share a limit, under
-//! which key, with which mode and controller. Rebuilt on reload and on re-resolution.
+//! which key, with which mode, controller and fall-forward peers. Rebuilt on reload and
+//! on re-resolution.
 
 use std::collections::BTreeMap;
 
-use anyhow::Result;
-use limiter_common::{DestKey, DestPolicy};
+use anyhow::{bail, Context, Result};
+use limiter_common::{DestKey, DestPeers, DestPolicy};
 use limiter_core::ControlConfig;
 
 use crate::config::{Config, Mode};
 
-/// A configured destination: its addresses are all counted under `Plan::groups`' key.
+/// A configured destination (its addresses are all counted under its key in
+/// `Plan::destinations`), or one member of a `[[group]]`, which is a destination of its own.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Group {
+pub struct Destination {
+    /// The `[[destination]]`'s or the `[[group]]`'s name.
     pub name: String,
     pub mode: Mode,
     pub control: ControlConfig,
+    /// A group member's fall-forward candidates, in order; None outside groups.
+    pub peers: Option<DestPeers>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -22,48 +27,74 @@ pub struct Plan {
     pub default_mode: Mode,
     /// The controller of learned destinations.
     pub control: ControlConfig,
-    /// Keyed by the address its members are counted under.
-    pub groups: BTreeMap<DestKey, Group>,
-    /// Every member address -> its group's key (the key maps to itself).
+    /// Keyed by the address they are counted under.
+    pub destinations: BTreeMap<DestKey, Destination>,
+    /// Every configured address -> the key it is counted under (a key maps to itself).
     pub members: BTreeMap<DestKey, DestKey>,
     /// Never limited, never recorded.
     pub excluded: Vec<DestKey>,
 }
 
 impl Plan {
-    /// Resolves the configuration. A group keeps the key it had in `previous`, so that
-    /// re-resolving a host never moves its in-flight count.
+    /// Resolves the configuration. A destination keeps the key it had in `previous`, so
+    /// that re-resolving a host never moves its in-flight count.
     pub fn build(config: &Config, previous: Option<&Plan>) -> Result<Plan> {
         let mut plan = Plan {
             default_mode: config.mode,
             control: config.control(),
-            groups: BTreeMap::new(),
+            destinations: BTreeMap::new(),
             members: BTreeMap::new(),
             excluded: Vec::new(),
         };
         for d in &config.destinations {
             let addrs: Vec<DestKey> = d.resolve()?.into_iter().map(DestKey::new).collect();
             let previous_key = previous.and_then(|p| {
-                p.groups
+                p.destinations
                     .iter()
-                    .find(|(_, g)| g.name == d.name)
+                    .find(|(_, prev)| prev.name == d.name && prev.peers.is_none())
                     .map(|(k, _)| *k)
             });
             let Some(key) = previous_key.or_else(|| addrs.first().copied()) else {
                 tracing::warn!(destination = %d.name, "resolves to no address: not limited");
                 continue;
             };
-            plan.groups.insert(
+            plan.destinations.insert(
                 key,
-                Group {
+                Destination {
                     name: d.name.clone(),
-                    mode: d.mode.unwrap_or(config.mode),
-                    control: config.destination_control(d),
+                    mode: config.override_mode(&d.overrides()),
+                    control: config.override_control(&d.overrides()),
+                    peers: None,
                 },
             );
             plan.members.insert(key, key);
             for addr in addrs {
                 plan.members.insert(addr, key);
+            }
+        }
+        for g in &config.groups {
+            for (i, &member) in g.members.iter().enumerate() {
+                let key = DestKey::new(member);
+                if plan.members.contains_key(&key) {
+                    // Listed addresses are checked when the file is read, a host only once resolved.
+                    bail!(
+                        "{member}, a member of group `{}`, is also an address of a destination",
+                        g.name
+                    );
+                }
+                let peers: Vec<DestKey> = g.peers_of(i).into_iter().map(DestKey::new).collect();
+                let peers = DestPeers::new(&peers)
+                    .with_context(|| format!("group `{}` has too many members", g.name))?;
+                plan.destinations.insert(
+                    key,
+                    Destination {
+                        name: g.name.clone(),
+                        mode: config.override_mode(&g.overrides()),
+                        control: config.override_control(&g.overrides()),
+                        peers: Some(peers),
+                    },
+                );
+                plan.members.insert(key, key);
             }
         }
         for e in &config.excludes {
@@ -78,7 +109,9 @@ impl Plan {
 
     /// The controller configuration for a destination key.
     pub fn control_for(&self, key: &DestKey) -> &ControlConfig {
-        self.groups.get(key).map_or(&self.control, |g| &g.control)
+        self.destinations
+            .get(key)
+            .map_or(&self.control, |d| &d.control)
     }
 
     pub fn initial_limit(&self) -> u32 {
@@ -91,21 +124,29 @@ impl Plan {
             limit: self.control_for(key).effective_limits().initial,
             ..DestPolicy::default()
         };
-        if let Some(group) = self.groups.get(key) {
-            policy.mode = group.mode.abi();
+        if let Some(d) = self.destinations.get(key) {
+            policy.mode = d.mode.abi();
             policy.account_as = *key;
         }
         policy
     }
 
-    /// The policies the configuration fixes: members point at their group's key,
-    /// excluded addresses are off. Group keys themselves come with their initial limit.
+    /// Every group member's fall-forward candidates, for the kernel's `peers` map.
+    pub fn static_peers(&self) -> Vec<(DestKey, DestPeers)> {
+        self.destinations
+            .iter()
+            .filter_map(|(&key, d)| Some((key, d.peers?)))
+            .collect()
+    }
+
+    /// The policies the configuration fixes: addresses point at their destination's key,
+    /// excluded addresses are off. The keys themselves come with their initial limit.
     pub fn static_policies(&self) -> Vec<(DestKey, DestPolicy)> {
         let mut out = Vec::new();
         for (&addr, &key) in &self.members {
             let mut policy = self.initial_policy(&key);
             if addr != key {
-                policy.limit = 0; // unused: the group key's policy holds the limit
+                policy.limit = 0; // unused: the destination key's policy holds the limit
             }
             out.push((addr, policy));
         }
@@ -159,12 +200,12 @@ addresses = ["127.0.0.53:53"]
     }
 
     #[test]
-    fn a_group_keeps_its_key_when_its_addresses_change() {
+    fn a_destination_keeps_its_key_when_its_addresses_change() {
         let before = Plan::build(&config(TWO_ADDRESSES), None).unwrap();
         let moved = config(&TWO_ADDRESSES.replace("10.0.0.7:443", "10.0.0.9:443"));
         let after = Plan::build(&moved, Some(&before)).unwrap();
         let key = DestKey::new("10.0.0.7:443".parse().unwrap());
-        assert!(after.groups.contains_key(&key));
+        assert!(after.destinations.contains_key(&key));
         assert_eq!(
             after.members[&DestKey::new("10.0.0.9:443".parse().unwrap())],
             key
@@ -177,5 +218,54 @@ addresses = ["127.0.0.53:53"]
         let learned = DestKey::new("127.0.0.1:80".parse().unwrap());
         assert_eq!(plan.initial_policy(&learned).limit, 9);
         assert_eq!(plan.initial_policy(&learned).mode, 0);
+    }
+
+    const REPLICAS: &str = r#"
+algorithm = "vegas"
+
+[[group]]
+name = "inference"
+members = ["127.0.0.1:8001", "127.0.0.1:8002", "127.0.0.1:8003"]
+mode = "shadow"
+algorithm = "fixed"
+limit = 2
+"#;
+
+    fn key(addr: &str) -> DestKey {
+        DestKey::new(addr.parse().unwrap())
+    }
+
+    #[test]
+    fn each_member_is_a_destination_with_its_own_limit_and_peers() {
+        let plan = Plan::build(&config(REPLICAS), None).unwrap();
+        let members = ["127.0.0.1:8001", "127.0.0.1:8002", "127.0.0.1:8003"].map(key);
+        let policies: BTreeMap<_, _> = plan.static_policies().into_iter().collect();
+        for m in members {
+            assert_eq!(plan.members[&m], m, "counted under its own key");
+            assert_eq!(policies[&m].limit, 2);
+            assert_eq!(policies[&m].mode, Mode::Shadow.abi());
+            assert_eq!(
+                plan.control_for(&m).algorithm,
+                limiter_core::Algorithm::Fixed
+            );
+        }
+        let peers: BTreeMap<_, _> = plan.static_peers().into_iter().collect();
+        assert_eq!(peers.len(), 3);
+        assert_eq!(peers[&members[0]].as_slice(), [members[1], members[2]]);
+        assert_eq!(peers[&members[1]].as_slice(), [members[0], members[2]]);
+        assert_eq!(peers[&members[2]].as_slice(), [members[0], members[1]]);
+        assert_eq!(plan.control.algorithm, limiter_core::Algorithm::Vegas);
+    }
+
+    #[test]
+    fn a_destination_resolving_to_a_member_is_refused() {
+        // A host is only known once resolved (here a literal, resolved without DNS).
+        let text =
+            format!("{REPLICAS}[[destination]]\nname = \"local\"\nhost = \"127.0.0.1:8002\"\n");
+        let err = format!("{:#}", Plan::build(&config(&text), None).unwrap_err());
+        assert!(
+            err.contains("127.0.0.1:8002, a member of group `inference`"),
+            "{err}"
+        );
     }
 }

@@ -22,6 +22,10 @@ pub struct Row {
     pub shed: u64,
     pub would_shed: u64,
     pub redirected: u64,
+    /// Shadow's counterpart of `redirected`: let through at the limit while a peer had room.
+    /// Not in the JSON or the table, whose columns the spec fixes: metrics show it.
+    #[serde(skip)]
+    pub would_redirect: u64,
     pub connect_failed: u64,
     pub baseline_ms: Option<f64>,
     pub p90_ms: Option<f64>,
@@ -49,6 +53,7 @@ pub fn rows(tables: &Tables) -> Result<Vec<Row>> {
                 shed: state.shed,
                 would_shed: state.would_shed,
                 redirected: state.redirected,
+                would_redirect: state.would_redirect,
                 connect_failed: state.connect_failed,
                 baseline_ms: policy.and_then(|p| ms(p.baseline_ns)),
                 p90_ms: policy.and_then(|p| ms(p.p90_ns)),

@@ -3,7 +3,7 @@
 use anyhow::{bail, Context, Result};
 use aya::maps::{Array, HashMap, Map, MapData, PerCpuArray};
 use limiter_common::{
-    maps, DestKey, DestPolicy, DestState, GlobalStats, LimiterConfig, ABI_VERSION,
+    maps, DestKey, DestPeers, DestPolicy, DestState, GlobalStats, LimiterConfig, ABI_VERSION,
 };
 
 use crate::pins::PinDir;
@@ -11,6 +11,7 @@ use crate::pins::PinDir;
 pub struct Tables {
     pub dests: HashMap<MapData, DestKey, DestState>,
     pub policies: HashMap<MapData, DestKey, DestPolicy>,
+    pub peers: HashMap<MapData, DestKey, DestPeers>,
     pub config: Array<MapData, LimiterConfig>,
     pub stats: PerCpuArray<MapData, GlobalStats>,
 }
@@ -38,20 +39,22 @@ impl Tables {
             })?;
             Ok(Map::from_map_data(data)?)
         };
-        let tables = Tables {
-            dests: HashMap::try_from(open(maps::DESTS)?)?,
-            policies: HashMap::try_from(open(maps::POLICIES)?)?,
-            config: Array::try_from(open(maps::CONFIG)?)?,
-            stats: PerCpuArray::try_from(open(maps::STATS)?)?,
-        };
-        let version = tables.config()?.abi_version;
+        // The version first: another version's pins may lack a map this one needs.
+        let config: Array<MapData, LimiterConfig> = Array::try_from(open(maps::CONFIG)?)?;
+        let version = config.get(&0, 0)?.abi_version;
         if version != ABI_VERSION {
             bail!(
                 "the pins at {} are from another limiter version (map ABI {version}, this one reads {ABI_VERSION}): run `limiter-user detach`",
                 dir.path().display()
             );
         }
-        Ok(tables)
+        Ok(Tables {
+            dests: HashMap::try_from(open(maps::DESTS)?)?,
+            policies: HashMap::try_from(open(maps::POLICIES)?)?,
+            peers: HashMap::try_from(open(maps::PEERS)?)?,
+            config,
+            stats: PerCpuArray::try_from(open(maps::STATS)?)?,
+        })
     }
 
     pub fn from_ebpf(ebpf: &mut aya::Ebpf) -> Result<Self> {
@@ -62,6 +65,7 @@ impl Tables {
         Ok(Tables {
             dests: HashMap::try_from(take(maps::DESTS)?)?,
             policies: HashMap::try_from(take(maps::POLICIES)?)?,
+            peers: HashMap::try_from(take(maps::PEERS)?)?,
             config: Array::try_from(take(maps::CONFIG)?)?,
             stats: PerCpuArray::try_from(take(maps::STATS)?)?,
         })
@@ -77,14 +81,25 @@ impl Tables {
 
     /// Removes a destination's policy; one that is not there is fine.
     pub fn remove_policy(&mut self, key: &DestKey) -> Result<()> {
-        match self.policies.remove(key) {
-            Err(aya::maps::MapError::SyscallError(e))
-                if e.io_error.raw_os_error() == Some(libc::ENOENT) =>
-            {
-                Ok(())
-            }
-            result => Ok(result?),
+        absent_is_fine(self.policies.remove(key))
+    }
+
+    /// Makes the fall-forward candidates exactly `peers`: every entry written, any other
+    /// (a group or member the configuration no longer has) removed.
+    pub fn set_peers(&mut self, peers: &[(DestKey, DestPeers)]) -> Result<()> {
+        for (key, candidates) in peers {
+            self.peers.insert(key, candidates, 0)?;
         }
+        let stale: Vec<DestKey> = self
+            .peers
+            .keys()
+            .filter_map(|k| k.ok())
+            .filter(|k| !peers.iter().any(|(key, _)| key == k))
+            .collect();
+        for key in stale {
+            absent_is_fine(self.peers.remove(&key))?;
+        }
+        Ok(())
     }
 
     /// Every destination the kernel knows, with the agent's policy for it, sorted by address.
@@ -116,5 +131,16 @@ impl Tables {
             storage_errors: sum.storage_errors,
             destinations: live,
         })
+    }
+}
+
+fn absent_is_fine(result: Result<(), aya::maps::MapError>) -> Result<()> {
+    match result {
+        Err(aya::maps::MapError::SyscallError(e))
+            if e.io_error.raw_os_error() == Some(libc::ENOENT) =>
+        {
+            Ok(())
+        }
+        result => Ok(result?),
     }
 }

@@ -404,6 +404,33 @@ impl Drop for TestNetns {
     }
 }
 
+/// curl inside the cgroup keeping `connections` requests in flight, a new connection per
+/// request (a refused connect fails that transfer only), until dropped.
+pub struct CurlLoad(Child);
+
+impl CurlLoad {
+    pub fn start(cgroup: &TestCgroup, upstream: &SlowHttp, connections: usize) -> Self {
+        let child = cgroup
+            .command(Path::new("curl"))
+            .args(["--silent", "--parallel", "--parallel-immediate"])
+            .args(["--parallel-max", &connections.to_string()])
+            .args(["--header", "Connection: close", "--output", "/dev/null"])
+            .arg(format!("{}[1-100000000]", upstream.url()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("curl is not installed (apt-get install curl)");
+        CurlLoad(child)
+    }
+}
+
+impl Drop for CurlLoad {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A listener whose accept queue is full: SYNs to it are dropped, so connects time out.
 pub struct Blackhole {
     pub addr: SocketAddr,
@@ -466,10 +493,12 @@ impl Agent {
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 eprintln!("[agent] {line}");
-                if line.contains("limiter attached") {
+                let attached = line.contains("limiter attached");
+                // Logged before the start returns, so the test can read that line too.
+                sink.lock().unwrap().push(line);
+                if attached {
                     let _ = tx.send(());
                 }
-                sink.lock().unwrap().push(line);
             }
         });
         if rx.recv_timeout(HANG_GUARD).is_err() {
@@ -589,6 +618,36 @@ pub fn field(cgroup: &TestCgroup, dest: SocketAddr, name: &str) -> i64 {
         .unwrap_or_else(|| panic!("{name} is not a number"))
 }
 
+/// A destination's value in the pinned `dests` map as bpftool dumps it, fields named by BTF.
+pub fn dests_entry(cgroup: &TestCgroup, dest: SocketAddr) -> Option<serde_json::Value> {
+    let out = Command::new("bpftool")
+        .args(["--json", "map", "dump", "pinned"])
+        .arg(cgroup.pin_dir().join("dests"))
+        .output()
+        .expect("bpftool is not installed (apt-get install bpftool)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The key's address: IPv6 (IPv4 v4-mapped) as four words in network byte order.
+    let ip = match dest.ip() {
+        std::net::IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+        std::net::IpAddr::V6(v6) => v6,
+    };
+    let words: Vec<u32> = ip
+        .octets()
+        .chunks_exact(4)
+        .map(|w| u32::from_ne_bytes(w.try_into().unwrap()))
+        .collect();
+    let entries: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    entries
+        .into_iter()
+        .map(|e| e["formatted"].clone())
+        .find(|e| e["key"]["port"] == dest.port() && e["key"]["addr"] == serde_json::json!(words))
+        .map(|e| e["value"].clone())
+}
+
 /// A client process inside the cgroup.
 pub struct Probe {
     child: Child,
@@ -685,12 +744,24 @@ impl Drop for Probe {
 
 /// Counts outcomes: (successes, ECONNREFUSED, anything else).
 pub fn tally(lines: &[String]) -> (usize, usize, usize) {
-    let ok = lines.iter().filter(|l| *l == "ok").count();
+    let ok = lines
+        .iter()
+        .filter(|l| *l == "ok" || l.starts_with("ok "))
+        .count();
     let refused = lines
         .iter()
         .filter(|l| **l == format!("err {}", libc::ECONNREFUSED))
         .count();
     (ok, refused, lines.len() - ok - refused)
+}
+
+/// The addresses `hold-peername` reported, one per connection that succeeded.
+pub fn peernames(lines: &[String]) -> Vec<SocketAddr> {
+    lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("ok "))
+        .map(|a| a.parse().unwrap())
+        .collect()
 }
 
 /// Writes `text` to a fresh file and returns its path (removed with the returned guard).

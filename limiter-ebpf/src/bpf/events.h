@@ -26,13 +26,16 @@ static __always_inline void ringbuf_emit(void *ring, void *record, __u64 size)
 		gs->ringbuf_drops++;
 }
 
-static __always_inline void emit_decision(__u32 kind, const struct dest_key *key, __u32 limit,
-					  __s64 inflight)
+/* `peer` is the fall-forward target of a (would-be) redirect, else 0. */
+static __always_inline void emit_decision(__u32 kind, const struct dest_key *key,
+					  const struct dest_key *peer, __u32 limit, __s64 inflight)
 {
 	struct limiter_event ev = {};
 
 	ev.ts_ns = bpf_ktime_get_ns();
 	ev.dest = *key;
+	if (peer)
+		ev.peer = *peer;
 	ev.kind = kind;
 	ev.pid = bpf_get_current_pid_tgid() >> 32;
 	ev.limit = limit;

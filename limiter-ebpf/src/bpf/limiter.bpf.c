@@ -2,7 +2,8 @@
 /*
  * limiter: per-destination admission of outbound TCP connects from one cgroup.
  *
- *   cgroup/connect4,6     admit, or refuse when the destination is at its limit
+ *   cgroup/connect4,6     admit; at the limit, redirect to a peer with room or refuse
+ *   cgroup/getpeername4,6 a redirected socket reports the address it asked for
  *   sockops               marks our sockets for state callbacks; TCP_CLOSE returns the slot
  *   cgroup/sock_release   backstop: returns the slot when the socket is released first
  *   cgroup_skb egress     a payload sent while not awaiting a response starts a request
@@ -21,10 +22,13 @@
 #include "accounting.h"
 #include "events.h"
 #include "signal.h"
+#include "fallforward.h"
 
 #define SOCK_STREAM 1
 #define CONNECT_ALLOW 1
 #define CONNECT_REFUSE 0
+/* admit()'s third verdict: allow, after rewriting the address to the chosen peer. */
+#define CONNECT_REDIRECT 2
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
@@ -47,8 +51,11 @@ static __always_inline void count_storage_error(void)
 		gs->storage_errors++;
 }
 
-static __always_inline int admit(struct bpf_sock_addr *ctx, const struct dest_key *key)
+/* CONNECT_ALLOW, CONNECT_REFUSE, or CONNECT_REDIRECT with the peer in `redirect`. */
+static __always_inline int admit(struct bpf_sock_addr *ctx, const struct dest_key *asked,
+				 struct dest_key *redirect)
 {
+	const struct dest_key *key = asked, *peer;
 	__u32 zero = 0, mode, limit;
 	struct limiter_config *cfg;
 	struct dest_policy *policy;
@@ -100,21 +107,55 @@ static __always_inline int admit(struct bpf_sock_addr *ctx, const struct dest_ke
 		return CONNECT_ALLOW;
 	}
 	if (mode == LIMITER_MODE_SHADOW) {
-		__sync_fetch_and_add(&st->would_shed, 1);
+		peer = peer_with_room(ss, key, cfg, 0);
+		if (peer) {
+			__sync_fetch_and_add(&st->would_redirect, 1);
+			emit_decision(LIMITER_EVENT_WOULD_REDIRECT, key, peer, limit, before);
+		} else {
+			__sync_fetch_and_add(&st->would_shed, 1);
+			emit_decision(LIMITER_EVENT_WOULD_SHED, key, 0, limit, before);
+		}
 		__sync_fetch_and_add(&st->admitted, 1);
-		emit_decision(LIMITER_EVENT_WOULD_SHED, key, limit, before);
 		return CONNECT_ALLOW;
 	}
 	slot_untake(ss, st);
+	peer = peer_with_room(ss, key, cfg, 1);
+	if (peer) {
+		/* The socket now holds the peer's slot: its release and latency go to the peer. */
+		ss->requested = *asked;
+		ss->flags |= LIMITER_SOCK_REDIRECTED;
+		*redirect = *peer;
+		__sync_fetch_and_add(&st->redirected, 1);
+		emit_decision(LIMITER_EVENT_REDIRECTED, key, peer, limit, before);
+		return CONNECT_REDIRECT;
+	}
 	__sync_fetch_and_add(&st->shed, 1);
-	emit_decision(LIMITER_EVENT_SHED, key, limit, before);
+	emit_decision(LIMITER_EVENT_SHED, key, 0, limit, before);
 	return refuse();
+}
+
+/* The socket's state when fall-forward connected it elsewhere than it asked. */
+static __always_inline struct sock_state *redirected_state(struct bpf_sock_addr *ctx)
+{
+	struct sock_state *ss = bpf_sk_storage_get(&sockets, ctx->sk, 0, 0);
+
+	return ss && (ss->flags & LIMITER_SOCK_REDIRECTED) ? ss : 0;
+}
+
+/* user_ip6 takes only 4-byte stores: volatile keeps clang from merging two into one. */
+static __always_inline void write_user_ip6(struct bpf_sock_addr *ctx, const struct dest_key *to)
+{
+	*(volatile __u32 *)&ctx->user_ip6[0] = to->addr[0];
+	*(volatile __u32 *)&ctx->user_ip6[1] = to->addr[1];
+	*(volatile __u32 *)&ctx->user_ip6[2] = to->addr[2];
+	*(volatile __u32 *)&ctx->user_ip6[3] = to->addr[3];
 }
 
 SEC("cgroup/connect4")
 int limiter_connect4(struct bpf_sock_addr *ctx)
 {
-	struct dest_key key = {};
+	struct dest_key key = {}, peer;
+	int verdict;
 
 	if (ctx->type != SOCK_STREAM || ctx->protocol != IPPROTO_TCP)
 		return CONNECT_ALLOW;
@@ -122,13 +163,20 @@ int limiter_connect4(struct bpf_sock_addr *ctx)
 	key.addr[2] = bpf_htonl(0xffff);
 	key.addr[3] = ctx->user_ip4;
 	key.port = bpf_ntohs(ctx->user_port);
-	return admit(ctx, &key);
+	verdict = admit(ctx, &key, &peer);
+	if (verdict != CONNECT_REDIRECT)
+		return verdict;
+	/* Peers share the member's family: an IPv4 member's peers are v4-mapped. */
+	ctx->user_ip4 = peer.addr[3];
+	ctx->user_port = bpf_htons(peer.port);
+	return CONNECT_ALLOW;
 }
 
 SEC("cgroup/connect6")
 int limiter_connect6(struct bpf_sock_addr *ctx)
 {
-	struct dest_key key = {};
+	struct dest_key key = {}, peer;
+	int verdict;
 
 	if (ctx->type != SOCK_STREAM || ctx->protocol != IPPROTO_TCP)
 		return CONNECT_ALLOW;
@@ -138,7 +186,36 @@ int limiter_connect6(struct bpf_sock_addr *ctx)
 	key.addr[2] = ctx->user_ip6[2];
 	key.addr[3] = ctx->user_ip6[3];
 	key.port = bpf_ntohs(ctx->user_port);
-	return admit(ctx, &key);
+	verdict = admit(ctx, &key, &peer);
+	if (verdict != CONNECT_REDIRECT)
+		return verdict;
+	write_user_ip6(ctx, &peer);
+	ctx->user_port = bpf_htons(peer.port);
+	return CONNECT_ALLOW;
+}
+
+SEC("cgroup/getpeername4")
+int limiter_getpeername4(struct bpf_sock_addr *ctx)
+{
+	struct sock_state *ss = redirected_state(ctx);
+
+	if (ss) {
+		ctx->user_ip4 = ss->requested.addr[3];
+		ctx->user_port = bpf_htons(ss->requested.port);
+	}
+	return 1; /* getpeername hooks may only rewrite, never fail the call */
+}
+
+SEC("cgroup/getpeername6")
+int limiter_getpeername6(struct bpf_sock_addr *ctx)
+{
+	struct sock_state *ss = redirected_state(ctx);
+
+	if (ss) {
+		write_user_ip6(ctx, &ss->requested);
+		ctx->user_port = bpf_htons(ss->requested.port);
+	}
+	return 1;
 }
 
 SEC("sockops")

@@ -26,6 +26,16 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } policies SEC(".maps");
 
+/* Fall-forward candidates of the members of configured groups, written by the agent. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC); /* usually a handful of entries: pay for those only */
+	__uint(max_entries, LIMITER_PEERS_ENTRIES);
+	__type(key, struct dest_key);
+	__type(value, struct dest_peers);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} peers SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
@@ -50,7 +60,7 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } sockets SEC(".maps");
 
-/* Decisions (shed, would_shed), with pid and comm. */
+/* Decisions (shed, would_shed, redirected, would_redirect), with pid and comm. */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 256 * 1024);

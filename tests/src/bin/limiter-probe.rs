@@ -84,6 +84,16 @@ enum Cmd {
         #[arg(long)]
         count: usize,
     },
+    /// Like `hold`, printing "ok PEER" with what getpeername says of each connection.
+    HoldPeername {
+        #[arg(long)]
+        to: SocketAddr,
+        #[arg(long)]
+        count: usize,
+        /// Connect an IPv6 socket to TO's v4-mapped address.
+        #[arg(long)]
+        mapped: bool,
+    },
 }
 
 fn main() {
@@ -132,6 +142,28 @@ fn main() {
         }
         Cmd::HoldMapped { to, count } => {
             let held = hold(&mut out, count, || connect_v6_socket(to));
+            writeln!(out, "ready").unwrap();
+            out.flush().unwrap();
+            wait_for_stdin_close();
+            drop(held);
+        }
+        Cmd::HoldPeername { to, count, mapped } => {
+            let mut held = Vec::new();
+            for _ in 0..count {
+                let connected = if mapped {
+                    connect_v6_socket(to)
+                } else {
+                    TcpStream::connect(to).map(OwnedFd::from)
+                };
+                match connected.and_then(|fd| Ok((SockRef::from(&fd).peer_addr()?, fd))) {
+                    Ok((peer, fd)) => {
+                        let peer = peer.as_socket().expect("an IP peer");
+                        writeln!(out, "ok {peer}").unwrap();
+                        held.push(fd);
+                    }
+                    Err(e) => writeln!(out, "err {}", e.raw_os_error().unwrap_or(0)).unwrap(),
+                }
+            }
             writeln!(out, "ready").unwrap();
             out.flush().unwrap();
             wait_for_stdin_close();
