@@ -270,6 +270,13 @@ impl Config {
         if g.members.iter().any(|m| is_v4(m) != is_v4(&g.members[0])) {
             bail!("members must all be IPv4 or all IPv6: a connect is only redirected within its address family");
         }
+        if let Some(m) = g
+            .members
+            .iter()
+            .find(|m| matches!(m, SocketAddr::V6(v6) if v6.ip().is_unicast_link_local()))
+        {
+            bail!("{m}: link-local members are not supported (a redirect cannot change the interface)");
+        }
         self.validate_overrides(&g.overrides())
     }
 
@@ -482,6 +489,11 @@ addresses = ["127.0.0.53:53"]
         let nine: Vec<String> = (1..=9).map(|p| format!("\"127.0.0.1:{p}\"")).collect();
         let err = refusal(&group(&nine.join(", ")));
         assert!(err.contains("at most 8 members"), "{err}");
+        let err = refusal(&group("\"[fe80::1%2]:1\", \"[::1]:2\""));
+        assert!(
+            err.contains("link-local members are not supported"),
+            "{err}"
+        );
         let err = refusal(&group("\"127.0.0.1:1\", \"[::1]:2\""));
         assert!(err.contains("all be IPv4 or all IPv6"), "{err}");
         // v4-mapped IPv6 is IPv4.
