@@ -1,44 +1,14 @@
 //! The closed loop on real traffic: an unmodified client (curl) against loopback
 //! upstreams that slow down and recover (root, real kernel, curl installed).
 
-use std::process::{Child, Stdio};
-
 use limiter_integration_tests::*;
-
-/// curl inside the cgroup keeping `connections` requests in flight, a new connection per
-/// request (a refused connect fails that transfer only), until dropped.
-struct Load(Child);
-
-impl Load {
-    fn start(cg: &TestCgroup, upstream: &SlowHttp, connections: usize) -> Self {
-        let child = cg
-            .command(std::path::Path::new("curl"))
-            .args(["--silent", "--parallel", "--parallel-immediate"])
-            .args(["--parallel-max", &connections.to_string()])
-            .args(["--header", "Connection: close", "--output", "/dev/null"])
-            .arg(format!("{}[1-100000000]", upstream.url()))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("curl is not installed (apt-get install curl)");
-        Load(child)
-    }
-}
-
-impl Drop for Load {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 const LOAD: usize = 16;
 
-/// The controller has measured the upstream over its warm-up (five windows of at least
-/// 2 s: at about 300 requests/s, 5 000 requests are well past it) and publishes a baseline.
+/// The controller publishes a baseline once its warm-up is over: from then on, a slowdown
+/// is a slowdown and not the upstream's normal.
 fn learned(cg: &TestCgroup, up: &SlowHttp) -> bool {
-    row(cg, up.addr)
-        .is_some_and(|r| r["baseline_ms"].is_number() && r["admitted"].as_i64().unwrap_or(0) > 5000)
+    row(cg, up.addr).is_some_and(|r| r["baseline_ms"].is_number())
 }
 
 #[test]
@@ -48,8 +18,8 @@ fn the_limit_follows_a_slow_upstream_down_and_back_up_leaving_others_alone() {
     let (slowing, steady) = (SlowHttp::start(5), SlowHttp::start(5));
     let _agent = Agent::start(&cg, &[]);
     let _loads = (
-        Load::start(&cg, &slowing, LOAD),
-        Load::start(&cg, &steady, LOAD),
+        CurlLoad::start(&cg, &slowing, LOAD),
+        CurlLoad::start(&cg, &steady, LOAD),
     );
     let get = |up: &SlowHttp, name| field(&cg, up.addr, name);
     let healthy = |up: &SlowHttp| get(up, "limit") >= LOAD as i64;
@@ -93,7 +63,7 @@ fn shadow_mode_refuses_nothing_and_reports_what_it_would_have_shed() {
     let cg = TestCgroup::new("adaptiveshadow");
     let up = SlowHttp::start(5);
     let _agent = Agent::start(&cg, &["--mode", "shadow"]);
-    let _load = Load::start(&cg, &up, LOAD);
+    let _load = CurlLoad::start(&cg, &up, LOAD);
     let get = |name| field(&cg, up.addr, name);
     wait_until("a baseline learned and a limit above the load", || {
         learned(&cg, &up) && get("limit") >= LOAD as i64
