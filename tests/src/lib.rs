@@ -431,6 +431,64 @@ impl Drop for CurlLoad {
     }
 }
 
+/// An address nobody listens on (a SYN to it is answered by a RST), free to bind.
+pub fn closed_port() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+/// Upstreams for every way a connection can end, driven by the probe's `churn`.
+pub struct Endings {
+    pub echo: Upstream,
+    pub closer: Upstream,
+    pub refused: SocketAddr,
+    pub blackhole: Blackhole,
+}
+
+impl Endings {
+    pub fn new() -> Self {
+        Endings {
+            echo: Upstream::start("127.0.0.1:0", Behaviour::Echo),
+            closer: Upstream::start("127.0.0.1:0", Behaviour::Close),
+            refused: closed_port(),
+            blackhole: Blackhole::new(),
+        }
+    }
+
+    /// `rounds` x 5 endings from inside the cgroup (client close, server FIN/RST, client
+    /// RST, abandoned non-blocking connect, SYN refused), plus `syn_timeouts` SYNs left
+    /// to time out; returns when all are done.
+    pub fn run(&self, cgroup: &TestCgroup, rounds: usize, syn_timeouts: usize) {
+        let mut churn = Probe::spawn(
+            cgroup,
+            &[
+                "churn",
+                "--echo",
+                &self.echo.addr.to_string(),
+                "--closer",
+                &self.closer.addr.to_string(),
+                "--refused",
+                &self.refused.to_string(),
+                "--blackhole",
+                &self.blackhole.addr.to_string(),
+                "--rounds",
+                &rounds.to_string(),
+                "--syn-timeouts",
+                &syn_timeouts.to_string(),
+            ],
+        );
+        assert_eq!(churn.lines_until_exit(), ["done"]);
+    }
+}
+
+impl Default for Endings {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 /// A listener whose accept queue is full: SYNs to it are dropped, so connects time out.
 pub struct Blackhole {
     pub addr: SocketAddr,

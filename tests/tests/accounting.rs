@@ -14,14 +14,7 @@ fn assert_nothing_in_flight(cg: &TestCgroup) {
 fn ten_thousand_connections_through_every_ending_leave_nothing_in_flight() {
     require_kernel!();
     let cg = TestCgroup::new("churn");
-    let echo = Upstream::start("127.0.0.1:0", Behaviour::Echo);
-    let closer = Upstream::start("127.0.0.1:0", Behaviour::Close);
-    let refused = {
-        // A port nobody listens on: bind, note it, close.
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap()
-    };
-    let blackhole = Blackhole::new();
+    let endings = Endings::new();
     let held = Upstream::start("127.0.0.1:0", Behaviour::Hold);
     let _agent = Agent::start(&cg, &["--algorithm", "fixed", "--limit", "1000"]);
 
@@ -33,25 +26,7 @@ fn ten_thousand_connections_through_every_ending_leave_nothing_in_flight() {
 
     // 2 000 rounds x 5 endings: client close, server FIN/RST, client RST, abandoned
     // non-blocking connect, SYN refused; plus SYNs that time out.
-    let mut churn = Probe::spawn(
-        &cg,
-        &[
-            "churn",
-            "--echo",
-            &echo.addr.to_string(),
-            "--closer",
-            &closer.addr.to_string(),
-            "--refused",
-            &refused.to_string(),
-            "--blackhole",
-            &blackhole.addr.to_string(),
-            "--rounds",
-            "2000",
-            "--syn-timeouts",
-            "2",
-        ],
-    );
-    assert_eq!(churn.lines_until_exit(), ["done"]);
+    endings.run(&cg, 2000, 2);
 
     wait_until("every slot to come back", || {
         status(&cg).iter().all(|r| r["inflight"] == 0)
@@ -60,8 +35,11 @@ fn ten_thousand_connections_through_every_ending_leave_nothing_in_flight() {
     let rows = status(&cg);
     let total: i64 = rows.iter().map(|r| r["admitted"].as_i64().unwrap()).sum();
     assert_eq!(total, 20 + 2000 * 5 + 2);
-    assert_eq!(field(&cg, refused, "connect_failed"), 2000);
-    assert_eq!(field(&cg, blackhole.addr, "connect_failed"), 2000 + 2);
+    assert_eq!(field(&cg, endings.refused, "connect_failed"), 2000);
+    assert_eq!(
+        field(&cg, endings.blackhole.addr, "connect_failed"),
+        2000 + 2
+    );
     assert_eq!(field(&cg, held.addr, "admitted"), 20);
 }
 

@@ -7,14 +7,6 @@ use std::{
 
 use limiter_integration_tests::*;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// GET /metrics, the body.
 fn scrape(addr: SocketAddr) -> String {
     let mut stream = TcpStream::connect(addr).unwrap();
@@ -43,7 +35,7 @@ fn metrics_are_served_in_the_prometheus_text_format() {
     require_kernel!();
     let cg = TestCgroup::new("metrics");
     let up = Upstream::start("127.0.0.1:0", Behaviour::Hold);
-    let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let metrics: SocketAddr = closed_port();
     let _agent = Agent::start(
         &cg,
         &[

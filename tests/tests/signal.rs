@@ -147,40 +147,13 @@ fn every_outcome_is_reported_once_per_connection() {
     let agent = start(&cg);
 
     // RST to the SYN.
-    let refused = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let refused = closed_port();
     let (_, lines) = Probe::hold(&cg, refused, 1);
     assert_eq!(tally(&lines), (0, 1, 0));
     // No answer to the SYN at all: the probe's churn gives two timed-out connects and
     // one abandoned non-blocking connect per round.
-    let blackhole = Blackhole::new();
-    let echo = Upstream::start("127.0.0.1:0", Behaviour::Echo);
-    let closer = Upstream::start("127.0.0.1:0", Behaviour::Close);
-    let other_refused = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
-    let mut churn = Probe::spawn(
-        &cg,
-        &[
-            "churn",
-            "--echo",
-            &echo.addr.to_string(),
-            "--closer",
-            &closer.addr.to_string(),
-            "--refused",
-            &other_refused.to_string(),
-            "--blackhole",
-            &blackhole.addr.to_string(),
-            "--rounds",
-            "1",
-            "--syn-timeouts",
-            "2",
-        ],
-    );
-    assert_eq!(churn.lines_until_exit(), ["done"]);
+    let endings = Endings::new();
+    endings.run(&cg, 1, 2);
     // The upstream resets while the request awaits its response.
     let resetter = Upstream::start("127.0.0.1:0", Behaviour::ResetAfterRequest);
     let lines =
@@ -207,8 +180,8 @@ fn every_outcome_is_reported_once_per_connection() {
     };
     wait_until("the last signals", || count(slow.addr, "gave_up") == 1);
     assert_eq!(count(refused, "connect_refused"), 1);
-    assert_eq!(count(other_refused, "connect_refused"), 1);
-    assert_eq!(count(blackhole.addr, "connect_timeout"), 3);
+    assert_eq!(count(endings.refused, "connect_refused"), 1);
+    assert_eq!(count(endings.blackhole.addr, "connect_timeout"), 3);
     assert_eq!(count(resetter.addr, "error"), 1);
     assert_eq!(count(resetter.addr, "handshake"), 1);
     assert_eq!(count(slow.addr, "gave_up"), 1);
@@ -219,9 +192,13 @@ fn every_outcome_is_reported_once_per_connection() {
     );
     // Connections that ended normally report no outcome.
     for kind in ["error", "gave_up", "connect_refused", "connect_timeout"] {
-        assert_eq!(count(echo.addr, kind), 0, "{kind} on a normal connection");
+        assert_eq!(
+            count(endings.echo.addr, kind),
+            0,
+            "{kind} on a normal connection"
+        );
     }
-    assert_eq!(count(echo.addr, "handshake"), 2);
+    assert_eq!(count(endings.echo.addr, "handshake"), 2);
 }
 
 #[test]
