@@ -55,6 +55,8 @@ pub struct Row {
     pub connections: usize,
     pub median_ns: u64,
     pub p99_ns: u64,
+    /// The lowest and highest median of a single round: how steady the machine was.
+    pub round_medians: (u64, u64),
 }
 
 pub struct ConnectResults {
@@ -112,6 +114,7 @@ pub fn run(bins: &Binaries, scale: &Scale) -> Result<ConnectResults> {
     let holder = Upstream::start("127.0.0.1:0", Behaviour::Hold);
     let cgroup = TestCgroup::new("bench-connect");
     let mut times: Vec<Vec<u64>> = vec![Vec::new(); Condition::ALL.len()];
+    let mut round_medians: Vec<Vec<u64>> = vec![Vec::new(); Condition::ALL.len()];
     for _ in 0..scale.connect_rounds {
         for (i, condition) in Condition::ALL.into_iter().enumerate() {
             super::interrupt::check()?;
@@ -127,17 +130,24 @@ pub fn run(bins: &Binaries, scale: &Scale) -> Result<ConnectResults> {
             let count = scale.connects_per_round;
             let report = connect_loop(bins, &cgroup, placement, to, count, condition)?;
             drop(agent);
-            times[i].extend(report.ns);
+            let mut ns = report.ns;
+            round_medians[i].push(stats::quantile(&mut ns, 0.5));
+            times[i].extend(ns);
         }
     }
     let rows = Condition::ALL
         .into_iter()
         .zip(times)
-        .map(|(condition, mut ns)| Row {
+        .zip(round_medians)
+        .map(|((condition, mut ns), medians)| Row {
             condition,
             connections: ns.len(),
             median_ns: stats::quantile(&mut ns, 0.5),
             p99_ns: stats::quantile(&mut ns, 0.99),
+            round_medians: (
+                medians.iter().copied().min().unwrap_or(0),
+                medians.iter().copied().max().unwrap_or(0),
+            ),
         })
         .collect();
     Ok(ConnectResults {

@@ -199,14 +199,17 @@ impl Report {
             c.rounds
         );
         out.push_str(
-            "| condition | median per connection | p99 | median vs no programs |\n|---|---|---|---|\n",
+            "| condition | median per connection | rounds (min - max) | p99 | median vs no programs |\n\
+             |---|---|---|---|---|\n",
         );
         for row in &c.rows {
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {:.3} x |",
+                "| {} | {} | {} - {} | {} | {:.3} x |",
                 row.condition.label(),
                 ns(row.median_ns as f64),
+                ns(row.round_medians.0 as f64),
+                ns(row.round_medians.1 as f64),
                 ns(row.p99_ns as f64),
                 c.ratio(row.condition)
             );
