@@ -70,9 +70,9 @@ impl FromStr for Algorithm {
     }
 }
 
-/// Bounds of the concurrency limit.
+/// Bounds of the concurrency limit. A misspelt key is an error, not a silent default.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct Limits {
     /// The limit before any latency history exists.
     pub initial: u32,

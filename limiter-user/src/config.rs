@@ -560,6 +560,8 @@ addresses = ["127.0.0.53:53"]
             err.contains(":1") && err.contains("unknown variant"),
             "{err}"
         );
+        let f = write("[limits]\nmni = 3\n");
+        assert!(format!("{:#}", Config::load(f.path()).unwrap_err()).contains("unknown field"));
         let f = write("moed = \"prod\"\n");
         assert!(format!("{:#}", Config::load(f.path()).unwrap_err()).contains("unknown field"));
     }
