@@ -100,9 +100,9 @@ impl Placement {
         }
     }
 
-    /// The upstream of the loop: it accepts and closes.
+    /// The upstream of the loop.
     pub fn upstream(self) -> Result<SocketAddr> {
-        listener::accept_and_close(self.upstream)
+        listener::accept_and_keep(self.upstream)
     }
 }
 
