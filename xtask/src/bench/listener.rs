@@ -45,7 +45,7 @@ pub fn accept_and_keep(cpu: Option<usize>) -> Result<SocketAddr> {
                         kept.pop_front();
                     }
                 }
-                // Nothing queued (or no descriptor left until the next close): come back later.
+                // Nothing queued, or a transient error: come back later.
                 Err(_) => std::thread::sleep(VISIT_EVERY),
             }
         }
