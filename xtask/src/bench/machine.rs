@@ -23,7 +23,7 @@ impl Machine {
         let meminfo = std::fs::read_to_string("/proc/meminfo")?;
         Ok(Machine {
             date: command_line("date", &["-u", "+%Y-%m-%d %H:%M UTC"])?,
-            commit: commit()?,
+            commit: commit(),
             cpus: std::thread::available_parallelism()?.get(),
             cpu_model: field(&cpuinfo, "model name")
                 .unwrap_or("unknown")
@@ -49,14 +49,23 @@ fn field<'a>(text: &'a str, name: &str) -> Option<&'a str> {
     })
 }
 
-fn commit() -> Result<String> {
+/// The commit measured, and whether the checkout differs from it.
+fn commit() -> String {
     let root = super::workspace_root();
-    let git = |args: &[&str]| {
-        let mut all = vec!["-C", root.to_str().unwrap_or(".")];
-        all.extend_from_slice(args);
-        command_line("git", &all)
+    let git = |args: &[&str]| -> Option<String> {
+        let out = std::process::Command::new("git")
+            .arg("-C")
+            .arg(root)
+            .args(args)
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
     };
-    let head = git(&["rev-parse", "--short", "HEAD"])?;
+    let Some(head) = git(&["rev-parse", "--short", "HEAD"]) else {
+        return "unknown (not a git checkout)".into();
+    };
     // Cargo.lock aside: cargo rewrites it for any new dependency, and it changes no code.
     let status = [
         "status",
@@ -66,12 +75,10 @@ fn commit() -> Result<String> {
         ".",
         ":!Cargo.lock",
     ];
-    let dirty = !git(&status)?.is_empty();
-    Ok(if dirty {
-        format!("{head} with uncommitted changes")
-    } else {
-        head
-    })
+    match git(&status) {
+        Some(changes) if changes.is_empty() => head,
+        _ => format!("{head} with uncommitted changes"),
+    }
 }
 
 /// Share of CPU time spent idle over a second, every CPU together (/proc/stat).

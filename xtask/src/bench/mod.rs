@@ -82,7 +82,8 @@ impl Scale {
 pub fn run(options: Options) -> Result<()> {
     ensure!(
         crate::is_root(),
-        "the benchmarks attach eBPF programs and make cgroups: run them as root (sudo -E cargo xtask bench)"
+        "the benchmarks attach eBPF programs and make cgroups: run them as root \
+         (sudo -E env \"PATH=$PATH\" cargo xtask bench)"
     );
     interrupt::install()?;
     let inherited = kernel::inherited_programs()?;
