@@ -7,18 +7,26 @@
 
 /*
  * A wake-up per record costs the application about 10 us on its own path, so the agent is
- * only woken once wakeup_bytes are pending; it also drains on its own timer. A full ring
- * drops the record and counts it: the application never waits for the agent.
+ * woken once per batch: when this record makes the pending bytes cross the threshold
+ * (wakeup_bytes, at most a quarter of the ring). Records past it add no wake-up: the one
+ * already sent brings the agent, which also drains on its own timer. A full ring drops the
+ * record and counts it: the application never waits for the agent.
  */
 static __always_inline void ringbuf_emit(void *ring, void *record, __u64 size)
 {
 	__u32 zero = 0;
 	struct limiter_config *cfg = bpf_map_lookup_elem(&config, &zero);
 	struct global_stats *gs;
-	__u64 flags = BPF_RB_NO_WAKEUP;
+	__u64 flags = BPF_RB_NO_WAKEUP, pending, threshold;
 
-	if (cfg && bpf_ringbuf_query(ring, BPF_RB_AVAIL_DATA) >= cfg->wakeup_bytes)
-		flags = BPF_RB_FORCE_WAKEUP;
+	if (cfg) {
+		pending = bpf_ringbuf_query(ring, BPF_RB_AVAIL_DATA);
+		threshold = bpf_ringbuf_query(ring, BPF_RB_RING_SIZE) / 4;
+		if (cfg->wakeup_bytes < threshold)
+			threshold = cfg->wakeup_bytes;
+		if (pending < threshold && pending + size >= threshold)
+			flags = BPF_RB_FORCE_WAKEUP;
+	}
 	if (bpf_ringbuf_output(ring, record, size, flags) == 0)
 		return;
 	gs = global_stats();
@@ -26,7 +34,6 @@ static __always_inline void ringbuf_emit(void *ring, void *record, __u64 size)
 		gs->ringbuf_drops++;
 }
 
-/* `peer` is the fall-forward target of a (would-be) redirect, else 0. */
 static __always_inline void emit_decision(__u32 kind, const struct dest_key *key,
 					  const struct dest_key *peer, __u32 limit, __s64 inflight)
 {
