@@ -12,56 +12,82 @@
  * already sent brings the agent, which also drains on its own timer. A full ring drops the
  * record and counts it: the application never waits for the agent.
  */
-static __always_inline void ringbuf_emit(void *ring, void *record, __u64 size)
+static __always_inline void count_drop(void)
+{
+	struct global_stats *gs = global_stats();
+
+	if (gs)
+		gs->ringbuf_drops++;
+}
+
+/* Submits a record reserved in `ring`, waking the agent if it is the one that makes the
+ * pending bytes cross the threshold: reserving already counted it, header included. */
+static __always_inline void ringbuf_submit_batched(void *ring, void *record, __u64 size)
 {
 	__u32 zero = 0;
 	struct limiter_config *cfg = bpf_map_lookup_elem(&config, &zero);
-	struct global_stats *gs;
 	__u64 flags = BPF_RB_NO_WAKEUP, pending, threshold;
+
+	size += BPF_RINGBUF_HDR_SZ;
 
 	if (cfg) {
 		pending = bpf_ringbuf_query(ring, BPF_RB_AVAIL_DATA);
 		threshold = bpf_ringbuf_query(ring, BPF_RB_RING_SIZE) / 4;
 		if (cfg->wakeup_bytes < threshold)
 			threshold = cfg->wakeup_bytes;
-		if (pending < threshold && pending + size >= threshold)
+		if (pending >= threshold && pending < threshold + size)
 			flags = BPF_RB_FORCE_WAKEUP;
 	}
-	if (bpf_ringbuf_output(ring, record, size, flags) == 0)
-		return;
-	gs = global_stats();
-	if (gs)
-		gs->ringbuf_drops++;
+	bpf_ringbuf_submit(record, flags);
 }
 
 static __always_inline void emit_decision(__u32 kind, const struct dest_key *key,
 					  const struct dest_key *peer, __u32 limit, __s64 inflight)
 {
-	struct limiter_event ev = {};
+	/* Reserved in place: the record is written once, into the ring, never copied there. */
+	struct limiter_event *ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
 
-	ev.ts_ns = bpf_ktime_get_ns();
-	ev.dest = *key;
+	if (!ev) {
+		count_drop();
+		return;
+	}
+	ev->ts_ns = bpf_ktime_get_ns();
+	ev->dest = *key;
 	if (peer)
-		ev.peer = *peer;
-	ev.kind = kind;
-	ev.pid = bpf_get_current_pid_tgid() >> 32;
-	ev.limit = limit;
-	ev.inflight = inflight;
-	bpf_get_current_comm(ev.comm, sizeof(ev.comm));
-	ringbuf_emit(&events, &ev, sizeof(ev));
+		ev->peer = *peer;
+	else
+		__builtin_memset(&ev->peer, 0, sizeof(ev->peer));
+	ev->kind = kind;
+	ev->pid = bpf_get_current_pid_tgid() >> 32;
+	ev->limit = limit;
+	ev->inflight = inflight;
+	bpf_get_current_comm(ev->comm, sizeof(ev->comm));
+	ringbuf_submit_batched(&events, ev, sizeof(*ev));
+}
+
+/* A signal stamped `now_ns`: for callers that read the clock for its value anyway. */
+static __always_inline void emit_signal_at(const struct sock_state *ss, __u32 kind, __u64 now_ns,
+					   __u64 value_ns, __u32 inflight)
+{
+	struct limiter_signal *sig = bpf_ringbuf_reserve(&signals, sizeof(*sig), 0);
+
+	if (!sig) {
+		count_drop();
+		return;
+	}
+	sig->ts_ns = now_ns;
+	sig->value_ns = value_ns;
+	sig->dest = ss->dest;
+	sig->kind = kind;
+	sig->inflight = inflight;
+	sig->_pad = 0;
+	ringbuf_submit_batched(&signals, sig, sizeof(*sig));
 }
 
 static __always_inline void emit_signal(const struct sock_state *ss, __u32 kind, __u64 value_ns,
 					__u32 inflight)
 {
-	struct limiter_signal sig = {};
-
-	sig.ts_ns = bpf_ktime_get_ns();
-	sig.value_ns = value_ns;
-	sig.dest = ss->dest;
-	sig.kind = kind;
-	sig.inflight = inflight;
-	ringbuf_emit(&signals, &sig, sizeof(sig));
+	emit_signal_at(ss, kind, bpf_ktime_get_ns(), value_ns, inflight);
 }
 
 #endif /* LIMITER_EVENTS_H */

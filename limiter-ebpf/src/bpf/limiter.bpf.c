@@ -221,19 +221,28 @@ int limiter_getpeername6(struct bpf_sock_addr *ctx)
 SEC("sockops")
 int limiter_sockops(struct bpf_sock_ops *skops)
 {
-	struct bpf_sock *sk = skops->sk;
+	struct bpf_sock *sk;
 	struct sock_state *ss;
+	__u64 now;
 
-	if (!sk)
-		return 1;
+	/* The kernel calls every sock_ops program for TIMEOUT_INIT, RWND_INIT, NEEDS_ECN and
+	 * others, whatever flags are set: those, and state changes other than the final one,
+	 * leave before any lookup. */
 	switch (skops->op) {
 	case BPF_SOCK_OPS_TCP_CONNECT_CB:
 	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
-	case BPF_SOCK_OPS_STATE_CB:
 		break;
+	case BPF_SOCK_OPS_STATE_CB:
+		/* args[1] is the new state: closed by either side, RST, refused or timed-out SYN. */
+		if (skops->args[1] == BPF_TCP_CLOSE)
+			break;
+		return 1;
 	default:
 		return 1;
 	}
+	sk = skops->sk;
+	if (!sk)
+		return 1;
 	/* Only sockets admitted by the connect hook have state; everything else is not ours. */
 	ss = bpf_sk_storage_get(&sockets, sk, 0, 0);
 	if (!ss)
@@ -241,21 +250,20 @@ int limiter_sockops(struct bpf_sock_ops *skops)
 
 	switch (skops->op) {
 	case BPF_SOCK_OPS_TCP_CONNECT_CB:
-		/* Callback flags can only be set from inside a callback: this is the first one. */
+		/* Callback flags can only be set from inside a callback: this is the first one.
+		 * The state callback alone, and only on our sockets: it is what returns the slot. */
 		bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags |
 							 BPF_SOCK_OPS_STATE_CB_FLAG);
 		break;
 	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
 		ss->established = 1;
-		emit_signal(ss, LIMITER_SIGNAL_HANDSHAKE, bpf_ktime_get_ns() - ss->connect_ns, 0);
+		now = bpf_ktime_get_ns();
+		emit_signal_at(ss, LIMITER_SIGNAL_HANDSHAKE, now, now - ss->connect_ns, 0);
 		break;
 	case BPF_SOCK_OPS_STATE_CB:
-		/* args[1] is the new state: closed by either side, RST, refused or timed-out SYN. */
-		if (skops->args[1] == BPF_TCP_CLOSE) {
-			connect_failed(ss);
-			request_ended(ss, LIMITER_SIGNAL_ERROR);
-			slot_release(ss);
-		}
+		connect_failed(ss);
+		request_ended(ss, LIMITER_SIGNAL_ERROR);
+		slot_release(ss);
 		break;
 	}
 	/* sock_ops programs must return 1. */
@@ -280,21 +288,29 @@ int limiter_sock_release(struct bpf_sock *sk)
 SEC("cgroup_skb/egress")
 int limiter_egress(struct __sk_buff *skb)
 {
-	struct sock_state *ss = packet_sock_state(skb);
 	struct tcp_segment seg;
+	struct sock_state *ss;
 
-	if (ss && parse_tcp(skb, &seg) == 0)
+	/* Only payload starts a request: ACKs, SYNs and FINs leave before any lookup. */
+	if (parse_tcp(skb, &seg) || !seg.payload)
+		return 1; /* observe only: always let the packet through */
+	ss = packet_sock_state(skb);
+	if (ss)
 		on_egress(ss, &seg);
-	return 1; /* observe only: always let the packet through */
+	return 1;
 }
 
 SEC("cgroup_skb/ingress")
 int limiter_ingress(struct __sk_buff *skb)
 {
-	struct sock_state *ss = packet_sock_state(skb);
 	struct tcp_segment seg;
+	struct sock_state *ss;
 
-	if (ss && parse_tcp(skb, &seg) == 0)
+	/* Only payload, a FIN or a RST can end a request: pure ACKs leave before any lookup. */
+	if (parse_tcp(skb, &seg) || !(seg.payload || seg.fin || seg.rst))
+		return 1;
+	ss = packet_sock_state(skb);
+	if (ss)
 		on_ingress(ss, &seg);
 	return 1;
 }

@@ -23,36 +23,45 @@ struct tcp_segment {
 	__u8 fin;
 };
 
-/* cgroup_skb programs see the packet from its network header on. */
+/*
+ * Direct packet access: cgroup_skb sees the packet from its network header on, and both
+ * hooks run after the stack has put the IP and TCP headers in the linear area (it builds
+ * them there on egress and pulls them there before the socket filter on ingress), so no
+ * header is ever copied out with bpf_skb_load_bytes.
+ */
 static __always_inline int parse_tcp(struct __sk_buff *skb, struct tcp_segment *seg)
 {
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
 	__u32 l4_off, hdr_len;
-	struct tcphdr th;
+	struct tcphdr *th;
 
 	if (skb->protocol == bpf_htons(ETH_P_IP)) {
-		struct iphdr iph;
+		struct iphdr *iph = data;
 
-		if (bpf_skb_load_bytes(skb, 0, &iph, sizeof(iph)) || iph.protocol != IPPROTO_TCP)
+		if ((void *)(iph + 1) > data_end || iph->protocol != IPPROTO_TCP)
 			return -1;
-		l4_off = iph.ihl * 4;
+		l4_off = iph->ihl * 4;
 	} else if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
-		struct ipv6hdr ip6;
+		struct ipv6hdr *ip6 = data;
 
 		/* Extension headers are not followed: TCP sockets practically never get them. */
-		if (bpf_skb_load_bytes(skb, 0, &ip6, sizeof(ip6)) || ip6.nexthdr != IPPROTO_TCP)
+		if ((void *)(ip6 + 1) > data_end || ip6->nexthdr != IPPROTO_TCP)
 			return -1;
-		l4_off = sizeof(ip6);
+		l4_off = sizeof(*ip6);
 	} else {
 		return -1;
 	}
-	if (bpf_skb_load_bytes(skb, l4_off, &th, sizeof(th)))
+	/* l4_off is at most 60 (ihl is 4 bits): the verifier bounds the pointer from that. */
+	th = data + l4_off;
+	if ((void *)(th + 1) > data_end)
 		return -1;
-	hdr_len = l4_off + th.doff * 4;
+	hdr_len = l4_off + th->doff * 4;
 	/* skb->len, not the IP length field: that is 0 for BIG TCP super-packets. */
 	seg->payload = skb->len > hdr_len ? skb->len - hdr_len : 0;
-	seg->seq = bpf_ntohl(th.seq);
-	seg->rst = th.rst;
-	seg->fin = th.fin;
+	seg->seq = bpf_ntohl(th->seq);
+	seg->rst = th->rst;
+	seg->fin = th->fin;
 	return 0;
 }
 
@@ -69,13 +78,12 @@ static __always_inline struct sock_state *packet_sock_state(struct __sk_buff *sk
 	return bpf_sk_storage_get(&sockets, sk, 0, 0);
 }
 
+/* A segment with payload: the first one sent while not awaiting a response starts one. */
 static __always_inline void on_egress(struct sock_state *ss, const struct tcp_segment *seg)
 {
 	struct dest_state *st;
 	__u32 end = seg->seq + seg->payload;
 
-	if (!seg->payload)
-		return;
 	/* Serial arithmetic: a segment ending at or before what was sent is a retransmit. */
 	if ((ss->flags & LIMITER_SOCK_SEQ_VALID) && (__s32)(end - ss->next_seq) <= 0)
 		return;
@@ -98,9 +106,12 @@ static __always_inline void on_ingress(struct sock_state *ss, const struct tcp_s
 	if (ss->phase != LIMITER_PHASE_AWAITING)
 		return;
 	if (seg->payload) {
+		/* One clock read: the sample's timestamp is also where its latency ends. */
+		__u64 now = bpf_ktime_get_ns();
+
 		ss->phase = LIMITER_PHASE_RECEIVING;
-		emit_signal(ss, LIMITER_SIGNAL_SAMPLE, bpf_ktime_get_ns() - ss->request_ns,
-			    ss->request_inflight);
+		emit_signal_at(ss, LIMITER_SIGNAL_SAMPLE, now, now - ss->request_ns,
+			       ss->request_inflight);
 		st = bpf_map_lookup_elem(&dests, &ss->dest);
 		if (st && st->created_ns == ss->dest_created_ns)
 			__sync_fetch_and_add(&st->samples, 1);

@@ -36,6 +36,16 @@ pub struct Options {
     /// The file whose results section is replaced (relative to the workspace).
     #[arg(long, default_value = "docs/benchmarks.md")]
     out: PathBuf,
+    /// Measure this part alone and print its section, writing nothing: for working on it.
+    #[arg(long, value_enum)]
+    only: Option<Part>,
+}
+
+/// A part of the benchmark that can run alone.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Part {
+    Kernel,
+    Agent,
 }
 
 /// How much of everything.
@@ -100,6 +110,15 @@ pub fn run(options: Options) -> Result<()> {
     } else {
         (&Scale::FULL, Binaries::release()?)
     };
+    if let Some(part) = options.only {
+        let mut out = String::new();
+        match part {
+            Part::Kernel => report::render_kernel(&kernel::run(&bins, scale)?, &mut out),
+            Part::Agent => report::render_agent(&agent_cost::run(&bins, scale)?, &mut out),
+        }
+        println!("{out}");
+        return Ok(());
+    }
     let mut machine = machine::Machine::describe()?;
 
     eprintln!("bench: connect+close");

@@ -54,8 +54,8 @@ impl Report {
         self.render_targets(&mut out);
         self.render_connect(&mut out);
         self.render_http(&mut out);
-        self.render_kernel(&mut out);
-        self.render_agent(&mut out);
+        render_kernel(&self.kernel, &mut out);
+        render_agent(&self.agent, &mut out);
         self.render_control(&mut out);
         out
     }
@@ -268,62 +268,6 @@ impl Report {
         );
     }
 
-    fn render_kernel(&self, out: &mut String) {
-        out.push_str(
-            "### Kernel run time per program invocation\n\n\
-             From the kernel's BPF run-time statistics (on only for this part: they cost \
-             time themselves), limiter in prod.\n\n\
-             | workload | program | runs | ns per run |\n|---|---|---|---|\n",
-        );
-        for w in &self.kernel {
-            for (name, rt) in &w.programs {
-                let per_run = rt.per_run_ns().map_or("-".into(), |v| format!("{v:.0}"));
-                let _ = writeln!(
-                    out,
-                    "| {} | {name} | {} | {per_run} |",
-                    w.name,
-                    group(rt.runs as f64)
-                );
-            }
-            let _ = writeln!(
-                out,
-                "| {} | **all programs, per {}** | {} {}s | **{:.0}** |",
-                w.name,
-                w.unit,
-                group(w.units as f64),
-                w.unit,
-                w.ns_per_unit()
-            );
-        }
-        out.push('\n');
-    }
-
-    fn render_agent(&self, out: &mut String) {
-        out.push_str(
-            "### The agent\n\n\
-             CPU from /proc/PID/stat (user + system) over the interval, resident memory \
-             (VmRSS) at its end; request/response exchanges on keep-alive connections from \
-             inside the cgroup, one latency sample each; default settings (prod, default \
-             algorithm and limits).\n\n\
-             | load | destinations | connections | samples/s | CPU (% of a core) | resident | destinations in status |\n\
-             |---|---|---|---|---|---|---|\n",
-        );
-        for r in &self.agent {
-            let _ = writeln!(
-                out,
-                "| {} | {} | {} | {} | {:.2} | {} | {} |",
-                r.label,
-                group(r.destinations as f64),
-                group(r.connections as f64),
-                group(r.samples_per_second),
-                r.cpu_percent,
-                mib(r.resident_bytes),
-                group(r.tracked as f64)
-            );
-        }
-        out.push('\n');
-    }
-
     fn render_control(&self, out: &mut String) {
         out.push_str("### The control crate\n\n");
         match &self.control {
@@ -343,6 +287,62 @@ impl Report {
             }
         }
     }
+}
+
+pub fn render_kernel(kernel: &[Workload], out: &mut String) {
+    out.push_str(
+        "### Kernel run time per program invocation\n\n\
+         From the kernel's BPF run-time statistics (on only for this part: they cost \
+         time themselves), limiter in prod.\n\n\
+         | workload | program | runs | ns per run |\n|---|---|---|---|\n",
+    );
+    for w in kernel {
+        for (name, rt) in &w.programs {
+            let per_run = rt.per_run_ns().map_or("-".into(), |v| format!("{v:.0}"));
+            let _ = writeln!(
+                out,
+                "| {} | {name} | {} | {per_run} |",
+                w.name,
+                group(rt.runs as f64)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "| {} | **all programs, per {}** | {} {}s | **{:.0}** |",
+            w.name,
+            w.unit,
+            group(w.units as f64),
+            w.unit,
+            w.ns_per_unit()
+        );
+    }
+    out.push('\n');
+}
+
+pub fn render_agent(agent: &[agent_cost::Row], out: &mut String) {
+    out.push_str(
+        "### The agent\n\n\
+         CPU from /proc/PID/stat (user + system) over the interval, resident memory \
+         (VmRSS) at its end; request/response exchanges on keep-alive connections from \
+         inside the cgroup, one latency sample each; default settings (prod, default \
+         algorithm and limits).\n\n\
+         | load | destinations | connections | samples/s | CPU (% of a core) | resident | destinations in status |\n\
+         |---|---|---|---|---|---|---|\n",
+    );
+    for r in agent {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {:.2} | {} | {} |",
+            r.label,
+            group(r.destinations as f64),
+            group(r.connections as f64),
+            group(r.samples_per_second),
+            r.cpu_percent,
+            mib(r.resident_bytes),
+            group(r.tracked as f64)
+        );
+    }
+    out.push('\n');
 }
 
 /// 10000 as "10 000".
