@@ -128,4 +128,10 @@ impl<A: LimitAlgorithm> Controller for DestinationController<A> {
     fn p90_ns(&self) -> Option<u64> {
         self.filter.smoothed().map(|s| s as u64)
     }
+
+    /// An empty window closes without a verdict: it only ages the guard's peaks, which
+    /// changes nothing once they are all zero.
+    fn is_quiet(&self) -> bool {
+        self.windows.is_empty() && self.guard.remembers_no_peak()
+    }
 }

@@ -37,6 +37,11 @@ impl GrowthGuard {
         self.next = (self.next + 1) % PEAK_WINDOWS;
     }
 
+    /// Whether every remembered window had nothing in flight.
+    pub fn remembers_no_peak(&self) -> bool {
+        self.peaks.iter().all(|&p| p == 0)
+    }
+
     /// The highest limit recent traffic justifies.
     pub fn ceiling(&self) -> f64 {
         let peak = self.peaks.iter().copied().max().unwrap_or(0);
@@ -85,6 +90,19 @@ mod tests {
         assert_eq!(g.ceiling(), 200.0);
         g.observe(1);
         assert_eq!(g.ceiling(), 20.0);
+    }
+
+    #[test]
+    fn five_windows_without_traffic_leave_no_peak() {
+        let mut g = GrowthGuard::new(2.0, 20.0);
+        assert!(g.remembers_no_peak());
+        g.observe(3);
+        for _ in 0..4 {
+            g.observe(0);
+            assert!(!g.remembers_no_peak());
+        }
+        g.observe(0);
+        assert!(g.remembers_no_peak());
     }
 
     #[test]

@@ -52,6 +52,11 @@ pub trait Controller {
     fn p90_ns(&self) -> Option<u64> {
         None
     }
+    /// True when [`Controller::update`] has nothing to decide until the next sample or
+    /// outcome (it would only open a new, empty window), so a caller may skip it till then.
+    fn is_quiet(&self) -> bool {
+        false
+    }
 }
 
 /// Builds the controller `cfg` describes for one destination, its first window opening at

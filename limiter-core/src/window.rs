@@ -113,6 +113,11 @@ impl Windows {
         }
     }
 
+    /// Whether the open window holds no sample and no outcome.
+    pub fn is_empty(&self) -> bool {
+        self.events() == 0
+    }
+
     fn events(&self) -> u32 {
         self.samples
             .saturating_add(self.errors)

@@ -115,7 +115,7 @@ pub fn run(cgroup: Cgroup, options: Options, source: &dyn ConfigSource) -> Resul
         // Controllers for what the kernel already knows start from its current limits.
         agent
             .control
-            .sync(monotonic_ns(), &mut agent.enforcement.tables)?;
+            .adopt(monotonic_ns(), &mut agent.enforcement.tables)?;
         agent.serve(rings, signals, source).await
     })?;
     info!("limiter detached");
@@ -196,7 +196,7 @@ impl Agent {
                     if let Some(rings) = self.follow_cgroup()? {
                         (decisions, signals) = watch_rings(rings)?;
                     }
-                    self.control.sync(monotonic_ns(), &mut self.enforcement.tables)?;
+                    self.control.sync(&mut self.enforcement.tables)?;
                     self.publish_metrics()?;
                 }
                 _ = resolve.tick() => {

@@ -4,6 +4,7 @@
 //! agent into their own binary.
 
 mod agent;
+mod batch;
 mod cgroup;
 mod cli;
 mod clock;

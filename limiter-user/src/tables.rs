@@ -1,12 +1,12 @@
 //! Typed access to the maps, either from a freshly loaded object or from the pins.
 
 use anyhow::{bail, Context, Result};
-use aya::maps::{Array, HashMap, Map, MapData, PerCpuArray};
+use aya::maps::{Array, HashMap, IterableMap, Map, MapData, PerCpuArray};
 use limiter_common::{
     maps, DestKey, DestPeers, DestPolicy, DestState, GlobalStats, LimiterConfig, ABI_VERSION,
 };
 
-use crate::pins::PinDir;
+use crate::{batch, pins::PinDir};
 
 pub struct Tables {
     pub dests: HashMap<MapData, DestKey, DestState>,
@@ -102,18 +102,20 @@ impl Tables {
         Ok(())
     }
 
+    /// Every destination the kernel knows and its state, in a few system calls.
+    pub fn dest_entries(&self) -> Result<Vec<(DestKey, DestState)>> {
+        Ok(batch::entries(self.dests.map())?)
+    }
+
     /// Every destination the kernel knows, with the agent's policy for it, sorted by address.
     pub fn destinations(&self) -> Result<Vec<(DestKey, DestState, Option<DestPolicy>)>> {
-        let mut rows = Vec::new();
-        for entry in self.dests.iter() {
-            let (key, state) = match entry {
-                Ok(kv) => kv,
-                // An entry evicted while we walk the table: it is simply gone.
-                Err(aya::maps::MapError::KeyNotFound) => continue,
-                Err(e) => return Err(e.into()),
-            };
-            rows.push((key, state, self.policies.get(&key, 0).ok()));
-        }
+        let policies: std::collections::HashMap<DestKey, DestPolicy> =
+            batch::entries(self.policies.map())?.into_iter().collect();
+        let mut rows: Vec<_> = self
+            .dest_entries()?
+            .into_iter()
+            .map(|(key, state)| (key, state, policies.get(&key).copied()))
+            .collect();
         rows.sort_by_key(|(k, _, _)| k.socket_addr());
         Ok(rows)
     }
@@ -123,7 +125,7 @@ impl Tables {
         for cpu in self.stats.get(&0, 0)?.iter() {
             sum += *cpu;
         }
-        let live = self.dests.keys().filter(|k| k.is_ok()).count() as u64;
+        let live = self.dest_entries()?.len() as u64;
         Ok(Globals {
             ringbuf_drops: sum.ringbuf_drops,
             evictions: sum.dests_created.saturating_sub(live),
