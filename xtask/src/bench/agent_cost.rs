@@ -9,10 +9,12 @@ use std::{
 use anyhow::Result;
 use limiter_integration_tests::{Agent, Behaviour, TestCgroup, Upstream};
 
-use super::{exchange, process, report, Binaries, Scale};
+use super::{exchange, listener, process, report, Binaries, Scale};
 
 pub struct Row {
     pub label: String,
+    /// Destinations the kernel's table held that had one connection each, long closed.
+    pub seen_once: usize,
     pub destinations: usize,
     pub connections: usize,
     /// Exchanges completed per second: one latency sample each.
@@ -51,6 +53,7 @@ pub fn run(bins: &Binaries, scale: &Scale) -> Result<Vec<Row>> {
     let idle = usage(&agent, interval)?;
     rows.push(Row {
         label: "attached, no traffic".into(),
+        seen_once: 0,
         destinations: 0,
         connections: 0,
         samples_per_second: 0.0,
@@ -76,7 +79,13 @@ pub fn run(bins: &Binaries, scale: &Scale) -> Result<Vec<Row>> {
         let agent = bins.agent.start(&cgroup, &[])?;
         let (report, used) = exchange::run(bins, &cgroup, &to, &load, || usage(&agent, interval))?;
         rows.push(Row {
-            label: format!("{} samples/s", report::group(rate)),
+            label: format!(
+                "{} samples/s over {} destination{}",
+                report::group(rate),
+                report::group(destinations as f64),
+                if destinations == 1 { "" } else { "s" }
+            ),
+            seen_once: 0,
             destinations,
             connections: destinations * load.per_destination,
             samples_per_second: report.per_second(),
@@ -85,5 +94,73 @@ pub fn run(bins: &Binaries, scale: &Scale) -> Result<Vec<Row>> {
             tracked: bins.agent.status(&cgroup)?.len(),
         });
     }
+    for &seen in scale.seen_once {
+        rows.extend(after_seen_once(bins, scale, seen, interval)?);
+    }
+    Ok(rows)
+}
+
+/// The table sized for every destination of the largest run, so none is evicted.
+const TABLE: usize = 131_072;
+
+/// `seen` destinations each get one connection (connect, close), then the agent is watched
+/// idle, and again while 1 000 other destinations send samples at the usual rate.
+fn after_seen_once(
+    bins: &Binaries,
+    scale: &Scale,
+    seen: usize,
+    interval: Duration,
+) -> Result<Vec<Row>> {
+    super::interrupt::check()?;
+    let listener = listener::accept_and_keep_on([0, 0, 0, 0], None)?;
+    let cgroup = TestCgroup::new("bench-agent-seen");
+    let agent = bins
+        .agent
+        .start(&cgroup, &["--max-destinations", &TABLE.to_string()])?;
+    let mut cmd = process::in_cgroup(&cgroup, &bins.client);
+    cmd.args(["bench-client", "connect-loop", "--to", &listener.to_string()])
+        .args(["--count", &seen.to_string(), "--spread"]);
+    let connects: crate::client::ConnectLoopReport =
+        crate::client::parse_report(&process::output(cmd)?)?;
+    anyhow::ensure!(
+        connects.ok == seen,
+        "{} of {seen} connects to distinct destinations succeeded: {:?}",
+        connects.ok,
+        connects.failed
+    );
+    let idle = usage(&agent, interval)?;
+    let mut rows = vec![Row {
+        label: format!("{} destinations seen once, idle", report::group(seen as f64)),
+        seen_once: seen,
+        destinations: 0,
+        connections: 0,
+        samples_per_second: 0.0,
+        cpu_percent: idle.cpu_percent,
+        resident_bytes: idle.resident_bytes,
+        tracked: bins.agent.status(&cgroup)?.len(),
+    }];
+    super::interrupt::check()?;
+    let destinations = scale.fan_out_destinations;
+    let load = exchange::Load::many_destinations(scale.samples_per_second);
+    let upstreams: Vec<Upstream> = (0..destinations)
+        .map(|_| Upstream::start("127.0.0.1:0", Behaviour::Echo))
+        .collect();
+    let to: Vec<SocketAddr> = upstreams.iter().map(|u| u.addr).collect();
+    let (report, used) = exchange::run(bins, &cgroup, &to, &load, || usage(&agent, interval))?;
+    rows.push(Row {
+        label: format!(
+            "{} destinations seen once, {} samples/s over {} others",
+            report::group(seen as f64),
+            report::group(scale.samples_per_second),
+            report::group(destinations as f64)
+        ),
+        seen_once: seen,
+        destinations,
+        connections: destinations * load.per_destination,
+        samples_per_second: report.per_second(),
+        cpu_percent: used.cpu_percent,
+        resident_bytes: used.resident_bytes,
+        tracked: bins.agent.status(&cgroup)?.len(),
+    });
     Ok(rows)
 }

@@ -26,12 +26,20 @@ const KEPT: usize = 1000;
 /// Accepts every connection on a thread of its own (on `cpu`, when given), for the rest of
 /// the run.
 pub fn accept_and_keep(cpu: Option<usize>) -> Result<SocketAddr> {
+    accept_and_keep_on([127, 0, 0, 1], cpu)
+}
+
+/// The same on `ip`: the unspecified address answers connects to every loopback address.
+pub fn accept_and_keep_on(ip: [u8; 4], cpu: Option<usize>) -> Result<SocketAddr> {
     let socket = Socket::new(Domain::IPV4, Type::STREAM, None)?;
-    socket.bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())?;
+    socket.bind(&SocketAddr::from((ip, 0)).into())?;
     socket.listen(BACKLOG)?;
     socket.set_nonblocking(true)?;
     let listener: TcpListener = socket.into();
-    let addr = listener.local_addr()?;
+    let mut addr = listener.local_addr()?;
+    if addr.ip().is_unspecified() {
+        addr.set_ip([127, 0, 0, 1].into());
+    }
     std::thread::spawn(move || {
         if let Some(cpu) = cpu {
             super::process::pin_this_thread(cpu).expect("pin the accepting thread");

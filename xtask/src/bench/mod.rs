@@ -59,6 +59,8 @@ pub struct Scale {
     agent_secs: f64,
     samples_per_second: f64,
     fan_out_destinations: usize,
+    /// Destinations seen once (one connection each) before the agent is measured.
+    seen_once: &'static [usize],
 }
 
 impl Scale {
@@ -74,6 +76,7 @@ impl Scale {
         agent_secs: 10.0,
         samples_per_second: 10_000.0,
         fan_out_destinations: 1_000,
+        seen_once: &[20_000, 100_000],
     };
 
     const SMOKE: Scale = Scale {
@@ -86,6 +89,7 @@ impl Scale {
         agent_secs: 0.5,
         samples_per_second: 1_000.0,
         fan_out_destinations: 20,
+        seen_once: &[200],
     };
 }
 

@@ -3,7 +3,7 @@
 use std::{
     collections::BTreeMap,
     io,
-    net::{SocketAddr, TcpStream},
+    net::{Ipv4Addr, SocketAddr, TcpStream},
     time::{Duration, Instant},
 };
 
@@ -21,7 +21,21 @@ pub struct ConnectLoopReport {
     pub ns: Vec<u64>,
 }
 
-pub fn run(to: SocketAddr, count: usize, hold_first: bool) -> Result<ConnectLoopReport> {
+/// The `i`-th of many loopback addresses (127.1.0.0 on), all reaching a listener bound to
+/// the unspecified address: every connect of the loop then goes to a destination of its own.
+pub fn spread(to: SocketAddr, i: usize) -> SocketAddr {
+    let base = u32::from(Ipv4Addr::new(127, 1, 0, 0));
+    SocketAddr::from((Ipv4Addr::from(base + i as u32), to.port()))
+}
+
+/// `count` connects to `to`, or with `spread_out` each to an address of its own (see
+/// [`spread`]).
+pub fn run(
+    to: SocketAddr,
+    count: usize,
+    hold_first: bool,
+    spread_out: bool,
+) -> Result<ConnectLoopReport> {
     let _held = hold_first
         .then(|| TcpStream::connect(to).context("the connection held for the whole loop"))
         .transpose()?;
@@ -31,7 +45,8 @@ pub fn run(to: SocketAddr, count: usize, hold_first: bool) -> Result<ConnectLoop
         failed: BTreeMap::new(),
         ns: Vec::with_capacity(count),
     };
-    for _ in 0..count {
+    for i in 0..count {
+        let to = if spread_out { spread(to, i) } else { to };
         let start = Instant::now();
         let outcome = connect_and_close(to);
         report.ns.push(start.elapsed().as_nanos() as u64);

@@ -30,6 +30,9 @@ enum Load {
         /// Open one connection first and hold it for the whole loop.
         #[arg(long)]
         hold_first: bool,
+        /// Each connect to an address of its own, 127.1.0.0 on, at TO's port.
+        #[arg(long)]
+        spread: bool,
     },
     /// Request/response exchanges on keep-alive connections to echo upstreams, paced to
     /// RATE per second in all; prints "ready" once connected, a JSON report when stdin
@@ -53,7 +56,8 @@ pub fn run(options: Options) -> Result<()> {
             to,
             count,
             hold_first,
-        } => print(&connect_loop::run(to, count, hold_first)?),
+            spread,
+        } => print(&connect_loop::run(to, count, hold_first, spread)?),
         Load::Exchange {
             to,
             per_destination,
