@@ -29,32 +29,23 @@ pub fn probe_bin() -> PathBuf {
     bin("limiter-probe")
 }
 
-/// Name of the variable that lets a runner without root skip the kernel tests explicitly.
+pub use limiter_kernel_test::kernel_test;
+
+/// Name of the variable that lets a runner without root opt out of the kernel tests.
 pub const SKIP_VAR: &str = "LIMITER_SKIP_KERNEL_TESTS";
 
 /// Bound on waiting for something that must happen; it guards against hangs only.
 const HANG_GUARD: Duration = Duration::from_secs(150);
 
-/// True when kernel tests should run; panics with the fix when they cannot.
-pub fn kernel_tests_enabled() -> bool {
+/// Called first by every `#[kernel_test]`: panics with the fix when the test cannot run.
+pub fn require_root() {
     if std::env::var_os(SKIP_VAR).is_some_and(|v| v == "1") {
-        eprintln!("kernel test skipped: {SKIP_VAR}=1");
-        return false;
+        panic!("{SKIP_VAR}=1 was not set when the tests were built, so they were not marked ignored: rebuild with it set");
     }
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        panic!("kernel tests need root: run them with sudo, or set {SKIP_VAR}=1 to skip them");
+        panic!("kernel tests need root: run them with sudo, or build and run them with {SKIP_VAR}=1 to skip them");
     }
-    true
-}
-
-#[macro_export]
-macro_rules! require_kernel {
-    () => {
-        if !$crate::kernel_tests_enabled() {
-            return;
-        }
-    };
 }
 
 /// Polls `done` until it holds; panics naming `what` if it never does.

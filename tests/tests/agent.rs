@@ -30,9 +30,8 @@ fn sample(body: &str, name: &str, labels: &str) -> Option<f64> {
         .map(|v| v.parse().unwrap())
 }
 
-#[test]
+#[kernel_test]
 fn metrics_are_served_in_the_prometheus_text_format() {
-    require_kernel!();
     let cg = TestCgroup::new("metrics");
     let up = Upstream::start("127.0.0.1:0", Behaviour::Hold);
     let metrics: SocketAddr = closed_port();
@@ -72,9 +71,8 @@ fn metrics_are_served_in_the_prometheus_text_format() {
     probe.release();
 }
 
-#[test]
+#[kernel_test]
 fn a_metrics_address_in_use_fails_the_start_cleanly() {
-    require_kernel!();
     let cg = TestCgroup::new("metricsbusy");
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let out = agent_command(&[
@@ -88,9 +86,8 @@ fn a_metrics_address_in_use_fails_the_start_cleanly() {
     assert!(!cg.pin_dir().exists());
 }
 
-#[test]
+#[kernel_test]
 fn sighup_reloads_the_configuration_without_dropping_state() {
-    require_kernel!();
     let cg = TestCgroup::new("reload");
     let up = Upstream::start("127.0.0.1:0", Behaviour::Hold);
     let config = TempFile::new("reload.toml", "algorithm = \"fixed\"\nlimit = 2\n");
@@ -127,9 +124,8 @@ fn sighup_reloads_the_configuration_without_dropping_state() {
     second.release();
 }
 
-#[test]
+#[kernel_test]
 fn the_addresses_of_one_destination_share_one_limit() {
-    require_kernel!();
     let cg = TestCgroup::new("group");
     let (a, b) = (
         Upstream::start("127.0.0.1:0", Behaviour::Hold),

@@ -13,9 +13,8 @@ fn refused() -> String {
     format!("err {}", libc::ECONNREFUSED)
 }
 
-#[test]
+#[kernel_test]
 fn a_killed_agent_leaves_nothing_clamped() {
-    require_kernel!();
     let cg = TestCgroup::new("sigkill");
     let up = Upstream::start("127.0.0.1:0", Behaviour::Hold);
     let agent = Agent::start(&cg, &["--algorithm", "fixed", "--limit", "1"]);
@@ -49,9 +48,8 @@ fn a_killed_agent_leaves_nothing_clamped() {
     second.release();
 }
 
-#[test]
+#[kernel_test]
 fn a_stuck_agent_fails_open_after_the_heartbeat_timeout() {
-    require_kernel!();
     let cg = TestCgroup::new("failopen");
     let up = Upstream::start("127.0.0.1:0", Behaviour::Hold);
     let agent = Agent::start(
@@ -97,9 +95,8 @@ fn a_stuck_agent_fails_open_after_the_heartbeat_timeout() {
     drop(agent);
 }
 
-#[test]
+#[kernel_test]
 fn status_json_and_the_bpftool_dump_agree_and_pins_are_root_only() {
-    require_kernel!();
     let cg = TestCgroup::new("bpftool");
     let up = Upstream::start("127.0.0.1:0", Behaviour::Hold);
     let _agent = Agent::start(&cg, &["--algorithm", "fixed", "--limit", "2"]);
@@ -169,9 +166,8 @@ fn assert_refused(cmd: &mut Command, expected: &str) {
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
 
-#[test]
+#[kernel_test]
 fn bad_input_gets_one_clear_line_and_leaves_nothing_behind() {
-    require_kernel!();
     let agent = |args: &[&str]| {
         let mut c = Command::new(agent_bin());
         c.args(args);
@@ -230,9 +226,8 @@ fn bad_input_gets_one_clear_line_and_leaves_nothing_behind() {
     assert_no_programs(&cg);
 }
 
-#[test]
+#[kernel_test]
 fn a_failed_load_leaves_nothing_half_attached() {
-    require_kernel!();
     let cg = TestCgroup::new("failedload");
     // A destination table too large to allocate: the kernel refuses it after the pin
     // directory exists.
@@ -248,9 +243,8 @@ fn a_failed_load_leaves_nothing_half_attached() {
     assert_no_programs(&cg);
 }
 
-#[test]
+#[kernel_test]
 fn the_agent_mounts_a_missing_bpffs() {
-    require_kernel!();
     let cg = TestCgroup::new("bpffs");
     let mut cmd = Command::new(agent_bin());
     // SAFETY: only async-signal-safe syscalls between fork and exec.

@@ -13,9 +13,8 @@ fn attached_programs(cg: &TestCgroup) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-#[test]
+#[kernel_test]
 fn a_restarted_agent_takes_over_enforcement_that_never_stopped() {
-    require_kernel!();
     let cg = TestCgroup::new("takeover");
     let up = Upstream::start("127.0.0.1:0", Behaviour::Hold);
     let args = ["--algorithm", "fixed", "--limit", "2", "--keep-attached"];
@@ -55,9 +54,8 @@ fn a_restarted_agent_takes_over_enforcement_that_never_stopped() {
     assert!(!attached_programs(&cg).contains("limiter"));
 }
 
-#[test]
+#[kernel_test]
 fn a_recreated_cgroup_is_limited_again() {
-    require_kernel!();
     let cg = TestCgroup::new("recreate");
     let up = Upstream::start("127.0.0.1:0", Behaviour::Hold);
     let agent = Agent::start(&cg, &["--algorithm", "fixed", "--limit", "1"]);
