@@ -105,21 +105,20 @@ impl PinDir {
         }
     }
 
-    /// Creates the directory and any missing one above it on the bpffs, each root-only,
-    /// then checks all of them: whoever can read the pins can read limits, whoever can
-    /// write them can change them.
+    /// Creates the directory and any missing one above it on the bpffs, root-only, from
+    /// the top down, checking each before going into it: whoever can read the pins can read
+    /// limits, whoever can write them can change them.
     pub fn create(&self) -> Result<()> {
-        let below = self.below_mount()?;
-        for dir in &below {
-            match DirBuilder::new().mode(0o700).create(dir) {
+        for dir in self.below_mount()? {
+            match DirBuilder::new().mode(0o700).create(&dir) {
                 Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
                     return Err(e)
                         .with_context(|| format!("cannot create pin directory {}", dir.display()));
                 }
-                _ => {}
+                _ => check_private(&dir)?,
             }
         }
-        below.iter().try_for_each(|dir| check_private(dir))
+        Ok(())
     }
 
     /// Removes the agent's own pins and, once empty, the directory; anything else in it
