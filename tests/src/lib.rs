@@ -652,7 +652,10 @@ pub fn status_report(cgroup: &TestCgroup) -> serde_json::Value {
 
 /// The destinations of `status --json`, one object per row.
 pub fn status(cgroup: &TestCgroup) -> Vec<serde_json::Value> {
-    match status_report(cgroup).get_mut("destinations").map(serde_json::Value::take) {
+    match status_report(cgroup)
+        .get_mut("destinations")
+        .map(serde_json::Value::take)
+    {
         Some(serde_json::Value::Array(rows)) => rows,
         other => panic!("status --json has no destinations array: {other:?}"),
     }

@@ -79,7 +79,11 @@ fn idle_destinations_are_forgotten_and_ones_holding_slots_are_not() {
     wait_until("the idle destination to be forgotten", || {
         row(&cg, refused).is_none()
     });
-    assert_eq!(field(&cg, held.addr, "inflight"), 3, "still known, still full");
+    assert_eq!(
+        field(&cg, held.addr, "inflight"),
+        3,
+        "still known, still full"
+    );
     let (_, lines) = Probe::hold(&cg, held.addr, 1);
     assert_eq!(tally(&lines), (0, 1, 0));
     probe.release();
@@ -97,7 +101,11 @@ impl OpenBpffs {
             .arg(&dir)
             .status()
             .unwrap();
-        assert!(status.success(), "cannot mount a bpffs at {}", dir.display());
+        assert!(
+            status.success(),
+            "cannot mount a bpffs at {}",
+            dir.display()
+        );
         OpenBpffs(dir)
     }
 }
@@ -134,7 +142,10 @@ fn a_pin_directory_others_can_change_is_refused() {
         cmd.args(["--cgroup", &cg_arg, "--pin-dir"]).arg(pins);
         cmd
     };
-    assert_refused(&mut run(&pins), "must be a directory owned by root with mode 0700");
+    assert_refused(
+        &mut run(&pins),
+        "must be a directory owned by root with mode 0700",
+    );
     assert!(!pins.exists(), "nothing created under their directory");
     // A symlink to a root-only directory is refused as well.
     let real = fs.0.join("real");
@@ -177,17 +188,28 @@ fn tempfile_dir(tag: &str) -> PathBuf {
 fn only_the_agents_own_pins_are_removed_and_only_by_their_owner() {
     let first = TestCgroup::new("pinsown1");
     let second = TestCgroup::new("pinsown2");
-    let pins = PathBuf::from(format!("/sys/fs/bpf/limiter-test-pins-{}", std::process::id()));
+    let pins = PathBuf::from(format!(
+        "/sys/fs/bpf/limiter-test-pins-{}",
+        std::process::id()
+    ));
     let pins_arg = pins.to_string_lossy().into_owned();
     let agent = Agent::start(&first, &["--pin-dir", &pins_arg]);
     // Another agent on another cgroup, or a detach, must not take these pins.
     let mut other = Command::new(agent_bin());
-    other.args(["--cgroup", &second.path().to_string_lossy(), "--pin-dir", &pins_arg]);
+    other.args([
+        "--cgroup",
+        &second.path().to_string_lossy(),
+        "--pin-dir",
+        &pins_arg,
+    ]);
     assert_refused(&mut other, "already manages");
     let mut detach = Command::new(agent_bin());
     detach.args(["detach", "--pin-dir", &pins_arg]);
     assert_refused(&mut detach, "stop it with SIGTERM");
-    assert!(pins.join("dests").exists(), "the running agent's pins are intact");
+    assert!(
+        pins.join("dests").exists(),
+        "the running agent's pins are intact"
+    );
     assert_no_programs(&second);
     // Something else pinned in the same directory outlives the agent.
     std::fs::create_dir(pins.join("foreign")).unwrap();
@@ -212,7 +234,10 @@ fn a_local_user_cannot_hold_the_lock_and_a_dead_agents_lock_blocks_nobody() {
     assert_eq!((run.uid(), run.mode() & 0o777), (0, 0o700));
     agent.kill();
     // Holding a shared lock on the dead agent's file would block every agent.
-    let held = as_nobody("flock", &["--shared", "--nonblock", &lock.to_string_lossy(), "true"]);
+    let held = as_nobody(
+        "flock",
+        &["--shared", "--nonblock", &lock.to_string_lossy(), "true"],
+    );
     assert!(!held.status.success(), "nobody could open the lock file");
     drop(Agent::start(&cg, &[]));
 }
@@ -226,7 +251,12 @@ fn status_tells_whether_anything_enforces_the_limits() {
     let (probe, lines) = Probe::hold(&cg, up.addr, 2);
     assert_eq!(tally(&lines), (2, 0, 0));
     let report = status_report(&cg);
-    let keys: Vec<&str> = report.as_object().unwrap().keys().map(String::as_str).collect();
+    let keys: Vec<&str> = report
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
     assert_eq!(keys, ["agent", "globals", "destinations"]);
     assert_eq!(report["agent"]["running"], true);
     assert_eq!(report["agent"]["pid"], agent.pid());
@@ -250,7 +280,10 @@ fn status_tells_whether_anything_enforces_the_limits() {
 
     agent.kill();
     let out = agent_command(&["status", "--cgroup", &cg_arg, "--json"]);
-    assert!(!out.status.success(), "a dead agent's limits are not enforced");
+    assert!(
+        !out.status.success(),
+        "a dead agent's limits are not enforced"
+    );
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["agent"]["running"], false);
     assert_eq!(report["agent"]["attached"], false);
@@ -354,7 +387,9 @@ fn a_resolver_that_never_answers_delays_nothing_else() {
     let asked = Instant::now();
     // Beats after the query went unanswered: the loop is not waiting for it.
     wait_until("a heartbeat after the unanswered query", || {
-        let age_ms = status_report(&cg)["agent"]["heartbeat_age_ms"].as_f64().unwrap();
+        let age_ms = status_report(&cg)["agent"]["heartbeat_age_ms"]
+            .as_f64()
+            .unwrap();
         age_ms < asked.elapsed().as_secs_f64() * 1e3
     });
     let up = Upstream::start("127.0.0.1:0", Behaviour::Hold);

@@ -243,6 +243,12 @@ fn the_agent_mounts_a_missing_bpffs() {
         });
     }
     let agent = Agent::start_command(cmd, &cg, &["--algorithm", "fixed", "--limit", "1"]);
+    // Its mount, seen through its own root: root-only, not world-writable.
+    let mounted = std::fs::metadata(format!("/proc/{}/root/sys/fs/bpf", agent.pid())).unwrap();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mounted.permissions()) & 0o777,
+        0o700
+    );
     let log = agent.log.clone();
     let status = agent.stop();
     assert!(status.success(), "{status}: {:?}", log.lock().unwrap());

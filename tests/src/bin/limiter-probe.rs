@@ -185,7 +185,8 @@ fn main() {
         } => exchange(&mut out, to, requests, request_bytes, give_up),
         Cmd::Spray { port, count } => {
             for n in 0..count {
-                let ip = std::net::Ipv4Addr::from(u32::from(std::net::Ipv4Addr::new(127, 1, 0, 1)) + n);
+                let ip =
+                    std::net::Ipv4Addr::from(u32::from(std::net::Ipv4Addr::new(127, 1, 0, 1)) + n);
                 // Refused (nobody listens) or, past the limit, shed: either way one destination more.
                 let _ = TcpStream::connect((ip, port));
             }
