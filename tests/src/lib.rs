@@ -561,6 +561,12 @@ impl Agent {
         self.child.id() as i32
     }
 
+    /// Whether the agent has logged a line containing every one of `texts`.
+    pub fn logged(&self, texts: &[&str]) -> bool {
+        let log = self.log.lock().unwrap();
+        log.iter().any(|l| texts.iter().all(|t| l.contains(t)))
+    }
+
     /// The latency signals the agent logged (start it with `signal_logging()`).
     pub fn signals(&self) -> Vec<LoggedSignal> {
         self.log

@@ -121,12 +121,7 @@ fn sighup_reloads_the_configuration_without_dropping_state() {
     agent.signal(libc::SIGHUP);
     let path = config.0.display().to_string();
     wait_until("the reload error in the log", || {
-        agent
-            .log
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|l| l.contains("reload failed") && l.contains(&path))
+        agent.logged(&["reload failed", &path])
     });
     assert_eq!(field(&cg, up.addr, "limit"), 4);
 
@@ -138,12 +133,7 @@ fn sighup_reloads_the_configuration_without_dropping_state() {
     .unwrap();
     agent.signal(libc::SIGHUP);
     wait_until("the refused resize in the log", || {
-        agent
-            .log
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|l| l.contains("reload failed") && l.contains("max_destinations changes only"))
+        agent.logged(&["reload failed", "max_destinations changes only"])
     });
     assert_eq!(field(&cg, up.addr, "limit"), 4);
     first.release();
