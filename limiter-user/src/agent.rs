@@ -124,8 +124,6 @@ pub fn run(cgroup: Cgroup, options: Options, source: &dyn ConfigSource) -> Resul
             .sync(monotonic_ns(), &mut agent.enforcement.tables);
         agent.serve(rings, signals, source).await
     })?;
-    // A lookup that never returned holds a thread of the runtime's: do not wait for it.
-    runtime.shutdown_background();
     info!("limiter detached");
     Ok(())
 }
