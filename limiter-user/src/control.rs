@@ -44,11 +44,15 @@ impl ControlLoop {
         }
     }
 
-    /// The destination's controller, created on first sight. `current` is the limit the
-    /// kernel already enforces (left by a previous agent): the controller starts there.
-    fn managed(&mut self, key: DestKey, now_ns: u64, current: Option<u32>) -> &mut Managed {
+    /// The destination's controller, created on first sight; none for an excluded one,
+    /// whose "off" policy no controller may overwrite. `current` is the limit the kernel
+    /// already enforces (left by a previous agent): the controller starts there.
+    fn managed(&mut self, key: DestKey, now_ns: u64, current: Option<u32>) -> Option<&mut Managed> {
         let plan = &self.plan;
-        self.managed.entry(key).or_insert_with(|| {
+        if plan.excluded.contains(&key) {
+            return None;
+        }
+        Some(self.managed.entry(key).or_insert_with(|| {
             let config = *plan.control_for(&key);
             let mut start = config;
             if let Some(limit) = current {
@@ -59,7 +63,7 @@ impl ControlLoop {
                 config,
                 published: None,
             }
-        })
+        }))
     }
 
     /// Feeds one kernel signal to its destination's controller.
@@ -69,17 +73,18 @@ impl ControlLoop {
                 latency_ns,
                 inflight,
             } => {
-                let m = self.managed(ev.dest, ev.ts_ns, None);
-                m.controller.on_sample(ev.ts_ns, latency_ns, inflight);
+                if let Some(m) = self.managed(ev.dest, ev.ts_ns, None) {
+                    m.controller.on_sample(ev.ts_ns, latency_ns, inflight);
+                }
                 return;
             }
             Signal::ConnectRefused | Signal::Error => Outcome::Error,
             Signal::ConnectTimeout | Signal::GaveUp => Outcome::Timeout,
             Signal::Handshake { .. } => return,
         };
-        self.managed(ev.dest, ev.ts_ns, None)
-            .controller
-            .on_outcome(ev.ts_ns, outcome);
+        if let Some(m) = self.managed(ev.dest, ev.ts_ns, None) {
+            m.controller.on_outcome(ev.ts_ns, outcome);
+        }
     }
 
     /// The update tick: every controller decides, changed policies go to the kernel. A
