@@ -1,15 +1,15 @@
 //! The control loop: kernel signals feed one controller per destination, whose limits
 //! are written back to the kernel's policies.
 
-use std::collections::HashSet;
+use std::time::Duration;
 
-use anyhow::Result;
-use foldhash::{HashMap, HashSet as FastSet};
+use foldhash::{HashMap, HashSet};
 use limiter_common::{DestKey, DestPolicy};
 use limiter_core::{controller, ControlConfig, Controller, Outcome};
 use tracing::debug;
 
 use crate::{
+    failures::Failures,
     plan::Plan,
     signals::{Signal, SignalEvent},
     tables::Tables,
@@ -22,6 +22,11 @@ struct Managed {
     published: Option<DestPolicy>,
 }
 
+/// The kernel's table is walked for idle destinations this many times per `forget_idle`
+/// (and at most once a second): forgetting is that much late at worst, and a table of
+/// 100 000 destinations costs a walk every 10 s by default instead of every second.
+const WALKS_PER_FORGET_IDLE: u32 = 30;
+
 /// Every destination's controller. Destination keys are hashed with foldhash: every
 /// sample looks its controller up, and SipHash's resistance to chosen keys buys nothing
 /// for keys the kernel reports.
@@ -30,23 +35,36 @@ pub struct ControlLoop {
     managed: HashMap<DestKey, Managed>,
     /// The controllers the update tick visits: those with something to decide. A quiet one
     /// (no traffic for a while) costs its memory only, until a signal wakes it.
-    awake: FastSet<DestKey>,
+    awake: HashSet<DestKey>,
+    forget_idle: Duration,
+    /// When the kernel's table was last walked for idle destinations.
+    walked_ns: Option<u64>,
+    forgotten: u64,
+    failures: Failures,
 }
 
 impl ControlLoop {
-    pub fn new(plan: Plan) -> Self {
+    pub fn new(plan: Plan, forget_idle: Duration) -> Self {
         ControlLoop {
             plan,
             managed: HashMap::default(),
-            awake: FastSet::default(),
+            awake: HashSet::default(),
+            forget_idle,
+            walked_ns: None,
+            forgotten: 0,
+            failures: Failures::default(),
         }
     }
 
-    /// The destination's controller, created on first sight and awake from then on.
-    /// `current` is the limit the kernel already enforces (left by a previous agent): the
-    /// controller starts there.
-    fn managed(&mut self, key: DestKey, now_ns: u64, current: Option<u32>) -> &mut Managed {
+    /// The destination's controller, created on first sight and awake from then on; none
+    /// for an excluded one, whose "off" policy no controller may overwrite. `current` is the
+    /// limit the kernel already enforces (left by a previous agent): the controller starts
+    /// there.
+    fn managed(&mut self, key: DestKey, now_ns: u64, current: Option<u32>) -> Option<&mut Managed> {
         let plan = &self.plan;
+        if plan.excluded.contains(&key) {
+            return None;
+        }
         if self.awake.insert(key) {
             if let Some(m) = self.managed.get_mut(&key) {
                 // Waking up: the empty window it was left with closes (deciding nothing,
@@ -54,7 +72,7 @@ impl ControlLoop {
                 m.controller.update(now_ns);
             }
         }
-        self.managed.entry(key).or_insert_with(|| {
+        Some(self.managed.entry(key).or_insert_with(|| {
             let config = *plan.control_for(&key);
             let mut start = config;
             if let Some(limit) = current {
@@ -65,7 +83,7 @@ impl ControlLoop {
                 config,
                 published: None,
             }
-        })
+        }))
     }
 
     /// Feeds one kernel signal to its destination's controller.
@@ -75,22 +93,24 @@ impl ControlLoop {
                 latency_ns,
                 inflight,
             } => {
-                let m = self.managed(ev.dest, ev.ts_ns, None);
-                m.controller.on_sample(ev.ts_ns, latency_ns, inflight);
+                if let Some(m) = self.managed(ev.dest, ev.ts_ns, None) {
+                    m.controller.on_sample(ev.ts_ns, latency_ns, inflight);
+                }
                 return;
             }
             Signal::ConnectRefused | Signal::Error => Outcome::Error,
             Signal::ConnectTimeout | Signal::GaveUp => Outcome::Timeout,
             Signal::Handshake { .. } => return,
         };
-        self.managed(ev.dest, ev.ts_ns, None)
-            .controller
-            .on_outcome(ev.ts_ns, outcome);
+        if let Some(m) = self.managed(ev.dest, ev.ts_ns, None) {
+            m.controller.on_outcome(ev.ts_ns, outcome);
+        }
     }
 
     /// The update tick: every awake controller decides, changed policies go to the kernel,
-    /// and controllers gone quiet are left alone until their next signal.
-    pub fn update(&mut self, now_ns: u64, tables: &mut Tables) -> Result<()> {
+    /// and controllers gone quiet are left alone until their next signal. A write that
+    /// fails is counted and tried again on the next tick.
+    pub fn update(&mut self, now_ns: u64, tables: &mut Tables) {
         let mut quiet = Vec::new();
         for key in &self.awake {
             let Some(m) = self.managed.get_mut(key) else {
@@ -99,92 +119,96 @@ impl ControlLoop {
             let limit = m.controller.update(now_ns);
             let baseline_ns = m.controller.baseline_ns().unwrap_or(0);
             let p90_ns = m.controller.p90_ns().unwrap_or(0);
+            // Most ticks close no window: nothing to compare, let alone to write.
+            let unchanged = m.published.is_some_and(|p| {
+                (p.limit, p.baseline_ns, p.p90_ns) == (limit, baseline_ns, p90_ns)
+            });
+            if !unchanged {
+                let mut policy = self.plan.initial_policy(key);
+                policy.limit = limit;
+                policy.baseline_ns = baseline_ns;
+                policy.p90_ns = p90_ns;
+                if m.published.is_none_or(|p| p.limit != limit) {
+                    debug!(destination = %key.socket_addr(), limit, "limit changed");
+                }
+                let written = tables.policies.insert(key, policy, 0);
+                if self.failures.check("writing a limit", written).is_none() {
+                    continue; // stays awake: written on the next tick
+                }
+                m.published = Some(policy);
+            }
             if m.controller.is_quiet() {
                 quiet.push(*key);
             }
-            // Most ticks close no window: nothing to compare, let alone to write.
-            if m.published
-                .is_some_and(|p| (p.limit, p.baseline_ns, p.p90_ns) == (limit, baseline_ns, p90_ns))
-            {
-                continue;
-            }
-            let mut policy = self.plan.initial_policy(key);
-            policy.limit = limit;
-            policy.baseline_ns = baseline_ns;
-            policy.p90_ns = p90_ns;
-            if m.published.is_none_or(|p| p.limit != limit) {
-                debug!(destination = %key.socket_addr(), limit, "limit changed");
-            }
-            tables.policies.insert(key, policy, 0)?;
-            m.published = Some(policy);
         }
         for key in quiet {
             self.awake.remove(&key);
         }
-        Ok(())
     }
 
     /// Takes over what a previous agent left: destinations with a limit in the kernel get a
     /// controller that starts from it. Any other destination gets its controller from its
     /// first signal: until then the kernel's initial limit is all it needs.
-    pub fn adopt(&mut self, now_ns: u64, tables: &mut Tables) -> Result<()> {
-        let limits: Vec<(DestKey, u32)> = tables
-            .destinations()?
-            .into_iter()
-            .filter_map(|(key, _, policy)| Some((key, policy?.limit)))
-            .collect();
-        for (key, limit) in limits {
-            self.managed(key, now_ns, Some(limit));
+    pub fn adopt(&mut self, now_ns: u64, tables: &mut Tables) {
+        let Some(rows) = self
+            .failures
+            .check("reading the destinations", tables.destinations())
+        else {
+            return;
+        };
+        for (key, _, policy) in rows {
+            if let Some(policy) = policy {
+                self.managed(key, now_ns, Some(policy.limit));
+            }
         }
-        Ok(())
     }
 
-    /// Follows the kernel's table: evicted destinations lose their controller (and their
-    /// policy, unless the configuration fixes it).
-    pub fn sync(&mut self, tables: &mut Tables) -> Result<()> {
-        let live: FastSet<DestKey> = tables
-            .dest_entries()?
-            .into_iter()
-            .map(|(key, _)| key)
-            .collect();
-        let gone: Vec<DestKey> = self
-            .managed
-            .keys()
-            .filter(|k| !live.contains(k))
-            .copied()
-            .collect();
-        for key in gone {
+    /// Forgets destinations idle for `forget_idle` with nothing in flight: removed from the
+    /// kernel's table, they lose their controller and policy (unless the configuration
+    /// fixes it). Only the agent removes entries, so a destination holding slots is never
+    /// forgotten. Walks the table only every `forget_idle / WALKS_PER_FORGET_IDLE`.
+    pub fn sync(&mut self, now_ns: u64, tables: &mut Tables) {
+        let every_ns = (self.forget_idle / WALKS_PER_FORGET_IDLE).as_nanos() as u64;
+        if self
+            .walked_ns
+            .is_some_and(|walked| now_ns.saturating_sub(walked) < every_ns)
+        {
+            return;
+        }
+        let Some(entries) = self
+            .failures
+            .check("reading the destinations", tables.dest_entries())
+        else {
+            return;
+        };
+        self.walked_ns = Some(now_ns);
+        for (key, state) in entries {
+            let idle_ns = now_ns.saturating_sub(state.last_active_ns);
+            if state.inflight > 0 || idle_ns < self.forget_idle.as_nanos() as u64 {
+                continue;
+            }
+            let removed = tables.dests.remove(&key);
+            if self
+                .failures
+                .check("forgetting an idle destination", removed)
+                .is_none()
+            {
+                continue;
+            }
+            self.forgotten += 1;
             self.managed.remove(&key);
             self.awake.remove(&key);
             if !self.plan.members.contains_key(&key) {
-                tables.remove_policy(&key)?;
+                let removed = tables.remove_policy(&key);
+                self.failures.check("removing a forgotten policy", removed);
             }
         }
-        Ok(())
     }
 
     /// Switches to a new plan (reload, re-resolution) without losing what was learned:
-    /// a controller is rebuilt only if its configuration changed.
-    pub fn apply(&mut self, plan: Plan, now_ns: u64, tables: &mut Tables) -> Result<()> {
-        let fixed: HashSet<DestKey> = plan.members.keys().chain(&plan.excluded).copied().collect();
-        let stale: Vec<DestKey> = self
-            .plan
-            .members
-            .keys()
-            .chain(&self.plan.excluded)
-            .filter(|k| !fixed.contains(k))
-            .copied()
-            .collect();
-        for key in stale {
-            tables.remove_policy(&key)?;
-        }
-        for (key, policy) in plan.static_policies() {
-            if !self.managed.contains_key(&key) {
-                tables.policies.insert(key, policy, 0)?;
-            }
-        }
-        // Peers are the configuration's alone (the controllers write policies only).
-        tables.set_peers(&plan.static_peers())?;
+    /// a controller is rebuilt only if its configuration changed. The kernel side of the
+    /// plan is written by the caller, through the one configuration path.
+    pub fn apply(&mut self, plan: Plan, now_ns: u64) {
         for (key, m) in &mut self.managed {
             let config = *plan.control_for(key);
             if config != m.config {
@@ -197,18 +221,29 @@ impl ControlLoop {
         self.managed.retain(|k, _| !plan.excluded.contains(k));
         self.awake = self.managed.keys().copied().collect();
         self.plan = plan;
-        Ok(())
     }
 
-    /// After a re-attach: the kernel's tables are new, so every policy is written again.
-    pub fn restart(&mut self, now_ns: u64, tables: &mut Tables) -> Result<()> {
+    /// After a re-attach: the kernel's tables are new, and so are the controllers.
+    pub fn restart(&mut self, now_ns: u64, tables: &mut Tables) {
         self.managed.clear();
         self.awake.clear();
-        for (key, policy) in self.plan.static_policies() {
-            tables.policies.insert(key, policy, 0)?;
-        }
-        tables.set_peers(&self.plan.static_peers())?;
-        self.adopt(now_ns, tables)
+        self.walked_ns = None;
+        self.adopt(now_ns, tables);
+    }
+
+    /// How long a destination with nothing in flight stays known after its last connection.
+    pub fn set_forget_idle(&mut self, after: Duration) {
+        self.forget_idle = after;
+    }
+
+    /// Map operations that failed since start.
+    pub fn map_failures(&self) -> u64 {
+        self.failures.total()
+    }
+
+    /// Idle destinations removed from the kernel's table since start.
+    pub fn forgotten(&self) -> u64 {
+        self.forgotten
     }
 
     pub fn plan(&self) -> &Plan {
