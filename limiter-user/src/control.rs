@@ -250,3 +250,21 @@ impl ControlLoop {
         &self.plan
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::mem::size_of;
+
+    use limiter_core::DestinationController;
+
+    use super::*;
+
+    /// docs/benchmarks.md quotes what a destination with a controller costs the agent: its
+    /// key, its entry and its controller (the hash maps add a few bytes per entry).
+    #[test]
+    fn a_destination_with_a_controller_costs_under_4_kib() {
+        let bytes =
+            2 * size_of::<DestKey>() + size_of::<Managed>() + size_of::<DestinationController>();
+        assert!(bytes < 4096, "{bytes} bytes");
+    }
+}

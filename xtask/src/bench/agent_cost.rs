@@ -118,8 +118,13 @@ fn after_seen_once(
         .agent
         .start(&cgroup, &["--max-destinations", &TABLE.to_string()])?;
     let mut cmd = process::in_cgroup(&cgroup, &bins.client);
-    cmd.args(["bench-client", "connect-loop", "--to", &listener.to_string()])
-        .args(["--count", &seen.to_string(), "--spread"]);
+    cmd.args([
+        "bench-client",
+        "connect-loop",
+        "--to",
+        &listener.to_string(),
+    ])
+    .args(["--count", &seen.to_string(), "--spread"]);
     let connects: crate::client::ConnectLoopReport =
         crate::client::parse_report(&process::output(cmd)?)?;
     anyhow::ensure!(
@@ -130,7 +135,10 @@ fn after_seen_once(
     );
     let idle = usage(&agent, interval)?;
     let mut rows = vec![Row {
-        label: format!("{} destinations seen once, idle", report::group(seen as f64)),
+        label: format!(
+            "{} destinations seen once, idle",
+            report::group(seen as f64)
+        ),
         seen_once: seen,
         destinations: 0,
         connections: 0,

@@ -26,6 +26,20 @@ impl RunTime {
     }
 }
 
+/// The kernel's figures and what measuring them costs.
+pub struct KernelResults {
+    pub workloads: Vec<Workload>,
+    /// Run time the statistics give a program that does nothing: part of every run below.
+    pub empty_run_ns: f64,
+}
+
+impl KernelResults {
+    /// A workload's time per connection or exchange, less the statistics' own cost.
+    pub fn net_ns_per_unit(&self, w: &Workload) -> f64 {
+        w.ns_per_unit() - w.runs_per_unit() * self.empty_run_ns
+    }
+}
+
 /// What one workload cost in the kernel, per program.
 pub struct Workload {
     pub name: &'static str,
@@ -40,6 +54,64 @@ impl Workload {
     pub fn ns_per_unit(&self) -> f64 {
         self.programs.values().map(|r| r.ns).sum::<u64>() as f64 / self.units as f64
     }
+
+    /// Program runs per connection or exchange.
+    pub fn runs_per_unit(&self) -> f64 {
+        self.programs.values().map(|r| r.runs).sum::<u64>() as f64 / self.units as f64
+    }
+}
+
+/// An empty cgroup_skb program; without headers, so it builds wherever clang does.
+const EMPTY_PROGRAM: &str = "\
+__attribute__((section(\"cgroup_skb/egress\"), used)) int empty(void *skb) { return 1; }
+char license[] __attribute__((section(\"license\"), used)) = \"GPL\";
+";
+
+/// Removes a pinned program however the benchmark ends.
+struct Pin(std::path::PathBuf);
+
+impl Drop for Pin {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// The run time the statistics report for a program that does nothing, run by the kernel
+/// (BPF_PROG_TEST_RUN) with the statistics on: reading the clock around every run is not
+/// free, and every figure above includes it once per run.
+fn empty_run_ns(runs: u64) -> Result<f64> {
+    #[derive(Deserialize)]
+    struct Program {
+        #[serde(default)]
+        run_time_ns: u64,
+        #[serde(default)]
+        run_cnt: u64,
+    }
+    let source = TempFile::new("bench-empty.bpf.c", EMPTY_PROGRAM);
+    let object = TempFile::new("bench-empty.bpf.o", "");
+    // A packet of zeros: the program never looks at it.
+    let packet = TempFile::new("bench-empty.pkt", &"\0".repeat(64));
+    let mut clang = Command::new(std::env::var("CLANG").unwrap_or_else(|_| "clang".into()));
+    clang
+        .args(["-O2", "-target", "bpf", "-c"])
+        .arg(&source.0)
+        .arg("-o")
+        .arg(&object.0);
+    process::output(clang)?;
+    let pin =
+        Pin(Path::new("/sys/fs/bpf").join(format!("limiter-bench-empty-{}", std::process::id())));
+    let pin_path = pin.0.to_string_lossy().into_owned();
+    let mut load = Command::new("bpftool");
+    load.args(["prog", "load"]).arg(&object.0).arg(&pin_path);
+    process::output(load)?;
+    let mut run = Command::new("bpftool");
+    run.args(["prog", "run", "pinned", &pin_path, "data_in"])
+        .arg(&packet.0)
+        .args(["repeat", &runs.to_string()]);
+    process::output(run)?;
+    let p: Program = bpftool(&["prog", "show", "pinned", &pin_path])?;
+    anyhow::ensure!(p.run_cnt > 0, "the empty program's runs were not counted");
+    Ok(p.run_time_ns as f64 / p.run_cnt as f64)
 }
 
 /// Run-time statistics are on while this lives; the kernel turns them off again when its
@@ -56,7 +128,7 @@ impl StatsEnabled {
     }
 }
 
-pub fn run(bins: &Binaries, scale: &Scale) -> Result<Vec<Workload>> {
+pub fn run(bins: &Binaries, scale: &Scale) -> Result<KernelResults> {
     let placement = connect::Placement::new();
     let closer = placement.upstream()?;
     let holder = Upstream::start("127.0.0.1:0", Behaviour::Hold);
@@ -73,6 +145,7 @@ pub fn run(bins: &Binaries, scale: &Scale) -> Result<Vec<Workload>> {
     );
     let cgroup = TestCgroup::new("bench-kernel");
     let _stats = StatsEnabled::new()?;
+    let empty_run_ns = empty_run_ns(100 * scale.kernel_connects as u64)?;
     let _agent = bins
         .agent
         .start(&cgroup, &["--config", &config.0.to_string_lossy()])?;
@@ -124,7 +197,10 @@ pub fn run(bins: &Binaries, scale: &Scale) -> Result<Vec<Workload>> {
         let wrk = Wrk::new(1, 32).run(&cgroup, &format!("http://{}/", nginx.addr), duration)?;
         measure("keep-alive HTTP (wrk, nginx)", wrk.requests, "request")?;
     }
-    Ok(workloads)
+    Ok(KernelResults {
+        workloads,
+        empty_run_ns,
+    })
 }
 
 fn delta(
