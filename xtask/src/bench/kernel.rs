@@ -64,7 +64,7 @@ impl Workload {
 /// An empty cgroup_skb program; without headers, so it builds wherever clang does.
 const EMPTY_PROGRAM: &str = "\
 __attribute__((section(\"cgroup_skb/egress\"), used)) int empty(void *skb) { return 1; }
-char license[] __attribute__((section(\"license\"), used)) = \"GPL\";
+char LICENSE[] __attribute__((section(\"license\"), used)) = \"GPL\";
 ";
 
 /// Removes a pinned program however the benchmark ends.
