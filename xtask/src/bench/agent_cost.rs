@@ -50,17 +50,14 @@ pub fn run(bins: &Binaries, scale: &Scale) -> Result<Vec<Row>> {
     super::interrupt::check()?;
     let cgroup = TestCgroup::new("bench-agent-idle");
     let agent = bins.agent.start(&cgroup, &[])?;
-    let idle = usage(&agent, interval)?;
-    rows.push(Row {
-        label: "attached, no traffic".into(),
-        seen_once: 0,
-        destinations: 0,
-        connections: 0,
-        samples_per_second: 0.0,
-        cpu_percent: idle.cpu_percent,
-        resident_bytes: idle.resident_bytes,
-        tracked: bins.agent.status(&cgroup)?.len(),
-    });
+    rows.push(idle(
+        bins,
+        &agent,
+        &cgroup,
+        "attached, no traffic".into(),
+        0,
+        interval,
+    )?);
 
     for (destinations, load) in [
         (1, exchange::Load::one_destination(rate)),
@@ -70,29 +67,21 @@ pub fn run(bins: &Binaries, scale: &Scale) -> Result<Vec<Row>> {
         ),
     ] {
         super::interrupt::check()?;
-        let upstreams: Vec<Upstream> = (0..destinations)
-            .map(|_| Upstream::start("127.0.0.1:0", Behaviour::Echo))
-            .collect();
-        let to: Vec<SocketAddr> = upstreams.iter().map(|u| u.addr).collect();
         let cgroup = TestCgroup::new("bench-agent");
         // The defaults users get: prod, the default algorithm and limits.
         let agent = bins.agent.start(&cgroup, &[])?;
-        let (report, used) = exchange::run(bins, &cgroup, &to, &load, || usage(&agent, interval))?;
-        rows.push(Row {
-            label: format!(
-                "{} samples/s over {} destination{}",
-                report::group(rate),
-                report::group(destinations as f64),
-                if destinations == 1 { "" } else { "s" }
-            ),
-            seen_once: 0,
+        let label = format!(
+            "{} samples/s over {} destination{}",
+            report::group(rate),
+            report::group(destinations as f64),
+            if destinations == 1 { "" } else { "s" }
+        );
+        let traffic = Traffic {
             destinations,
-            connections: destinations * load.per_destination,
-            samples_per_second: report.per_second(),
-            cpu_percent: used.cpu_percent,
-            resident_bytes: used.resident_bytes,
-            tracked: bins.agent.status(&cgroup)?.len(),
-        });
+            load,
+            interval,
+        };
+        rows.push(loaded(bins, &agent, &cgroup, label, 0, &traffic)?);
     }
     for &seen in scale.seen_once {
         rows.extend(after_seen_once(bins, scale, seen, interval)?);
@@ -100,11 +89,68 @@ pub fn run(bins: &Binaries, scale: &Scale) -> Result<Vec<Row>> {
     Ok(rows)
 }
 
-/// The table sized for every destination of the largest run, so none is evicted.
+/// The agent watched with no traffic; `seen_once` destinations had a connection before.
+fn idle(
+    bins: &Binaries,
+    agent: &Agent,
+    cgroup: &TestCgroup,
+    label: String,
+    seen_once: usize,
+    interval: Duration,
+) -> Result<Row> {
+    let used = usage(agent, interval)?;
+    Ok(Row {
+        label,
+        seen_once,
+        destinations: 0,
+        connections: 0,
+        samples_per_second: 0.0,
+        cpu_percent: used.cpu_percent,
+        resident_bytes: used.resident_bytes,
+        tracked: bins.agent.status(cgroup)?.len(),
+    })
+}
+
+/// Samples from echo upstreams of their own, at the load's rate.
+struct Traffic {
+    destinations: usize,
+    load: exchange::Load,
+    interval: Duration,
+}
+
+/// The agent watched while the traffic flows.
+fn loaded(
+    bins: &Binaries,
+    agent: &Agent,
+    cgroup: &TestCgroup,
+    label: String,
+    seen_once: usize,
+    traffic: &Traffic,
+) -> Result<Row> {
+    let upstreams: Vec<Upstream> = (0..traffic.destinations)
+        .map(|_| Upstream::start("127.0.0.1:0", Behaviour::Echo))
+        .collect();
+    let to: Vec<SocketAddr> = upstreams.iter().map(|u| u.addr).collect();
+    let (report, used) = exchange::run(bins, cgroup, &to, &traffic.load, || {
+        usage(agent, traffic.interval)
+    })?;
+    Ok(Row {
+        label,
+        seen_once,
+        destinations: traffic.destinations,
+        connections: traffic.destinations * traffic.load.per_destination,
+        samples_per_second: report.per_second(),
+        cpu_percent: used.cpu_percent,
+        resident_bytes: used.resident_bytes,
+        tracked: bins.agent.status(cgroup)?.len(),
+    })
+}
+
+/// The table sized for every destination of the largest run, so none is turned away.
 const TABLE: usize = 131_072;
 
 /// `seen` destinations each get one connection (connect, close), then the agent is watched
-/// idle, and again while 1 000 other destinations send samples at the usual rate.
+/// idle, and again while other destinations send samples at the usual rate.
 fn after_seen_once(
     bins: &Binaries,
     scale: &Scale,
@@ -133,42 +179,26 @@ fn after_seen_once(
         connects.ok,
         connects.failed
     );
-    let idle = usage(&agent, interval)?;
-    let mut rows = vec![Row {
-        label: format!(
-            "{} destinations seen once, idle",
-            report::group(seen as f64)
-        ),
-        seen_once: seen,
-        destinations: 0,
-        connections: 0,
-        samples_per_second: 0.0,
-        cpu_percent: idle.cpu_percent,
-        resident_bytes: idle.resident_bytes,
-        tracked: bins.agent.status(&cgroup)?.len(),
-    }];
+    let seen_label = report::group(seen as f64);
+    let idle_row = idle(
+        bins,
+        &agent,
+        &cgroup,
+        format!("{seen_label} destinations seen once, idle"),
+        seen,
+        interval,
+    )?;
     super::interrupt::check()?;
-    let destinations = scale.fan_out_destinations;
-    let load = exchange::Load::many_destinations(scale.samples_per_second);
-    let upstreams: Vec<Upstream> = (0..destinations)
-        .map(|_| Upstream::start("127.0.0.1:0", Behaviour::Echo))
-        .collect();
-    let to: Vec<SocketAddr> = upstreams.iter().map(|u| u.addr).collect();
-    let (report, used) = exchange::run(bins, &cgroup, &to, &load, || usage(&agent, interval))?;
-    rows.push(Row {
-        label: format!(
-            "{} destinations seen once, {} samples/s over {} others",
-            report::group(seen as f64),
-            report::group(scale.samples_per_second),
-            report::group(destinations as f64)
-        ),
-        seen_once: seen,
-        destinations,
-        connections: destinations * load.per_destination,
-        samples_per_second: report.per_second(),
-        cpu_percent: used.cpu_percent,
-        resident_bytes: used.resident_bytes,
-        tracked: bins.agent.status(&cgroup)?.len(),
-    });
-    Ok(rows)
+    let traffic = Traffic {
+        destinations: scale.fan_out_destinations,
+        load: exchange::Load::many_destinations(scale.samples_per_second),
+        interval,
+    };
+    let label = format!(
+        "{seen_label} destinations seen once, {} samples/s over {} others",
+        report::group(scale.samples_per_second),
+        report::group(traffic.destinations as f64)
+    );
+    let loaded_row = loaded(bins, &agent, &cgroup, label, seen, &traffic)?;
+    Ok(vec![idle_row, loaded_row])
 }
