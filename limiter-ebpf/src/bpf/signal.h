@@ -70,8 +70,11 @@ static __always_inline struct sock_state *packet_sock_state(struct __sk_buff *sk
 {
 	struct bpf_sock *sk = skb->sk;
 
-	/* No bpf_sk_fullsock first: the lookup takes a socket of any kind and finds nothing on
-	 * a request or time-wait socket; the packet, parsed already, says it is TCP. */
+	if (!sk)
+		return 0;
+	/* Linux 5.10's bpf_sk_storage_get takes full sockets only; the packet, parsed already,
+	 * says the socket is TCP. */
+	sk = bpf_sk_fullsock(sk);
 	if (!sk)
 		return 0;
 	return bpf_sk_storage_get(&sockets, sk, 0, 0);
