@@ -5,7 +5,7 @@
 
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-pub const ABI_VERSION: u32 = 5;
+pub const ABI_VERSION: u32 = 6;
 
 pub const MODE_DEFAULT: u32 = 0;
 pub const MODE_OFF: u32 = 1;
@@ -126,7 +126,6 @@ pub struct DestState {
     pub would_redirect: u64,
     pub connect_failed: u64,
     pub closed: u64,
-    pub samples: u64,
 }
 
 /// A group member's fall-forward candidates, in the order they are tried.
@@ -237,7 +236,7 @@ impl LimiterEvent {
 const _: () = {
     assert!(core::mem::size_of::<DestKey>() == 20);
     assert!(core::mem::size_of::<DestPolicy>() == 48);
-    assert!(core::mem::size_of::<DestState>() == 88);
+    assert!(core::mem::size_of::<DestState>() == 80);
     assert!(core::mem::size_of::<DestPeers>() == 144);
     assert!(core::mem::size_of::<LimiterConfig>() == 32);
     assert!(core::mem::size_of::<GlobalStats>() == 32);

@@ -42,8 +42,7 @@ fn layouts() -> Vec<Layout> {
                 redirected,
                 would_redirect,
                 connect_failed,
-                closed,
-                samples
+                closed
             ]
         ),
         layout!(DestPeers, "dest_peers", [count, peers]),

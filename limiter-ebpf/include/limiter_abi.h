@@ -13,7 +13,7 @@
 
 #include <linux/types.h>
 
-#define LIMITER_ABI_VERSION 5
+#define LIMITER_ABI_VERSION 6
 
 /* Modes. 0 in a per-destination policy means "use the global default". */
 #define LIMITER_MODE_DEFAULT 0
@@ -87,7 +87,6 @@ struct dest_state {
 	__u64 would_redirect; /* connects at the limit shadow let through while a peer had room */
 	__u64 connect_failed;
 	__u64 closed;
-	__u64 samples;
 };
 
 /* Written by the agent for each member of a configured group: where a connect to this

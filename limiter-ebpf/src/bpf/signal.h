@@ -99,10 +99,10 @@ static __always_inline void on_egress(struct sock_state *ss, const struct tcp_se
 	ss->phase = LIMITER_PHASE_AWAITING;
 }
 
+/* The ingress path touches the socket's state only: no destination-table lookup per
+ * request: samples are counted where they arrive, in the agent. */
 static __always_inline void on_ingress(struct sock_state *ss, const struct tcp_segment *seg)
 {
-	struct dest_state *st;
-
 	if (seg->rst && !ss->established)
 		ss->flags |= LIMITER_SOCK_RST_SEEN;
 	if (ss->phase != LIMITER_PHASE_AWAITING)
@@ -114,9 +114,6 @@ static __always_inline void on_ingress(struct sock_state *ss, const struct tcp_s
 		ss->phase = LIMITER_PHASE_RECEIVING;
 		emit_signal_at(ss, LIMITER_SIGNAL_SAMPLE, now, now - ss->request_ns,
 			       ss->request_inflight);
-		st = bpf_map_lookup_elem(&dests, &ss->dest);
-		if (st && st->created_ns == ss->dest_created_ns)
-			__sync_fetch_and_add(&st->samples, 1);
 	} else if (seg->rst || seg->fin) {
 		/* The peer hung up on an outstanding request. */
 		ss->phase = LIMITER_PHASE_IDLE;
