@@ -202,8 +202,10 @@ impl Agent {
         resolve.tick().await;
         let (mut decisions, mut signals) = watch_rings(rings)?;
         let (resolved_tx, mut resolved_rx) = mpsc::channel::<Resolution>(1);
-        // At most one resolution at a time: a resolver that hangs does not pile them up.
+        // At most one resolution at a time: a resolver that hangs does not pile them up. A
+        // reload asked for meanwhile waits for it.
         let mut resolving = false;
+        let mut waiting_reload: Option<Config> = None;
 
         loop {
             tokio::select! {
@@ -248,11 +250,18 @@ impl Agent {
                         resolving = true;
                         spawn_resolution(Why::Reload, config, resolved_tx.clone());
                     }
-                    Ok(_) => error!("reload refused: the previous configuration's names are still being resolved; send SIGHUP again"),
+                    Ok(config) => {
+                        info!("the reload waits for the name resolution under way");
+                        waiting_reload = Some(config);
+                    }
                     Err(e) => error!("reload failed, keeping the previous configuration: {e:#}"),
                 },
                 Some(resolution) = resolved_rx.recv() => {
                     resolving = false;
+                    if let Some(config) = waiting_reload.take() {
+                        resolving = true;
+                        spawn_resolution(Why::Reload, config, resolved_tx.clone());
+                    }
                     let why = resolution.why;
                     match self.apply(resolution.config, &resolution.resolved) {
                         Ok(()) if why == Why::Reload => {

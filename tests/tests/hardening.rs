@@ -396,5 +396,14 @@ fn a_resolver_that_never_answers_delays_nothing_else() {
     let (probe, lines) = Probe::hold(&cg, up.addr, 2);
     assert_eq!(tally(&lines), (1, 1, 0), "enforced, not failing open");
     probe.release();
+    // Reloads still apply, each once its lookup has timed out, however many are asked for.
+    agent.signal(libc::SIGHUP);
+    let reloads = || {
+        let log = agent.log.lock().unwrap();
+        log.iter()
+            .filter(|l| l.contains("configuration reloaded"))
+            .count()
+    };
+    wait_until("both reloads applied", || reloads() == 2);
     assert!(agent.stop().success(), "SIGTERM is handled");
 }
