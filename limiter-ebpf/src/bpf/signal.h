@@ -99,8 +99,8 @@ static __always_inline void on_egress(struct sock_state *ss, const struct tcp_se
 	ss->phase = LIMITER_PHASE_AWAITING;
 }
 
-/* The ingress path touches the socket's state only: no destination-table lookup per
- * request: samples are counted where they arrive, in the agent. */
+/* The socket's state and the ring only, no destination-table lookup: the agent receives
+ * every sample and needs no count of them in the kernel. */
 static __always_inline void on_ingress(struct sock_state *ss, const struct tcp_segment *seg)
 {
 	if (seg->rst && !ss->established)
