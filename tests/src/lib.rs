@@ -310,6 +310,7 @@ fn serve_http(stream: TcpStream, delay_ms: &std::sync::atomic::AtomicU64) {
 /// for network tests; no traffic leaves the machine.
 pub struct TestNetns {
     name: String,
+    peer_if: String,
     pub host_addr: std::net::Ipv4Addr,
     pub peer_addr: std::net::Ipv4Addr,
 }
@@ -325,6 +326,7 @@ impl TestNetns {
         );
         let net = TestNetns {
             name: name.clone(),
+            peer_if: peer_if.clone(),
             host_addr: std::net::Ipv4Addr::new(198, 18, n as u8, 1),
             peer_addr: std::net::Ipv4Addr::new(198, 18, n as u8, 2),
         };
@@ -359,6 +361,21 @@ impl TestNetns {
         ip(&["-n", &name, "link", "set", &peer_if, "up"]);
         ip(&["-n", &name, "link", "set", "lo", "up"]);
         net
+    }
+
+    /// Delays every packet the namespace sends by `delay` (netem on its end of the pair):
+    /// time the network adds, not the upstream. Needs the kernel's `sch_netem`.
+    pub fn delay_outgoing(&self, delay: Duration) {
+        let delay = format!("{}ms", delay.as_millis());
+        let status = Command::new("tc")
+            .args(["-n", &self.name, "qdisc", "add", "dev", &self.peer_if])
+            .args(["root", "netem", "delay", &delay])
+            .status()
+            .expect("tc (iproute2) is not installed");
+        assert!(
+            status.success(),
+            "tc cannot add a netem qdisc: this kernel needs sch_netem (modprobe sch_netem)"
+        );
     }
 
     /// Starts an upstream inside the namespace, listening on its veth address.
