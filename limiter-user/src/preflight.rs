@@ -25,7 +25,14 @@ pub fn check_kernel() -> Result<Kernel> {
     let running = KernelVersion::current()
         .map_err(|e| anyhow::anyhow!("cannot read the kernel version: {e}"))?;
     let version = match std::env::var(ASSUME_KERNEL_VAR) {
-        Ok(assumed) => assumed_version(&assumed)?.min(running),
+        Ok(assumed) => {
+            let assumed = assumed_version(&assumed)?;
+            if assumed < running {
+                assumed
+            } else {
+                running
+            }
+        }
         Err(_) => running,
     };
     kernel_features(version)

@@ -93,12 +93,22 @@ impl Guest<'_> {
             cmd.arg("--disable-kvm");
         }
         if self.systemd {
-            cmd.arg("--systemd");
+            cmd.arg("--systemd").args(["--append", SYSTEMD_ARGS]);
         }
         cmd.args(["--exec", command]);
         cmd
     }
 }
+
+/// systemd takes the guest for a container (the host's root, shared, may hold /.dockerenv),
+/// and in a container it reads its options from its own command line, not the kernel's:
+/// SYSTEMD_PROC_CMDLINE (an environment variable the kernel hands to init) gives them
+/// back. They ask for the serial getty virtme-ng runs its command from (a container would
+/// get a /dev/console one), for basic.target only, not the host's services, and for
+/// failures only on the console.
+const SYSTEMD_ARGS: &str = "\"SYSTEMD_PROC_CMDLINE=systemd.unit=basic.target \
+    systemd.wants=serial-getty@ttyS0.service systemd.mask=console-getty.service \
+    systemd.show_status=error\"";
 
 /// KVM only where the CPU offers VMX or SVM: a /dev/kvm without them (a paravirtualised
 /// one, as in some cloud guests) cannot run a stock kernel, so software emulation it is.

@@ -4,6 +4,7 @@
 mod boot;
 mod guest;
 mod kernel;
+mod systemd;
 
 use std::{path::PathBuf, time::Duration};
 
@@ -28,10 +29,10 @@ pub struct Options {
 }
 
 pub fn test(options: &Options) -> Result<()> {
-    let harnesses = test_harnesses()?;
+    let built = Built::new()?;
     let mut failed = Vec::new();
     for spec in &options.kernels {
-        if let Err(e) = test_on(spec, &harnesses, options) {
+        if let Err(e) = test_on(spec, &built, options) {
             eprintln!("Error: kernel {spec}: {e:?}");
             failed.push(spec.as_str());
         }
@@ -42,38 +43,69 @@ pub fn test(options: &Options) -> Result<()> {
     Ok(())
 }
 
-fn test_on(spec: &str, harnesses: &[Executable], options: &Options) -> Result<()> {
+/// The kernel test suite in one boot, the systemd unit under systemd in another.
+fn test_on(spec: &str, built: &Built, options: &Options) -> Result<()> {
     let image = kernel::image(spec)?;
     let dir = work_dir(spec)?;
-    let script = dir.join("run-tests.sh");
-    std::fs::write(&script, guest::script(harnesses))
-        .with_context(|| format!("cannot write {}", script.display()))?;
-    println!("=== kernel tests on {}", image.display());
-    Guest {
-        image: &image,
-        systemd: false,
-        timeout: Duration::from_secs(options.vm_timeout),
-    }
-    .run(&format!("sh {}", script.display()), &dir.join("tests.log"))
+    let timeout = Duration::from_secs(options.vm_timeout);
+    let run = |name: &str, systemd: bool, script: String| -> Result<()> {
+        let path = dir.join(format!("{name}.sh"));
+        std::fs::write(&path, script)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        println!("=== {name} on {}", image.display());
+        Guest {
+            image: &image,
+            systemd,
+            timeout,
+        }
+        .run(
+            &format!("sh {}", path.display()),
+            &dir.join(format!("{name}.log")),
+        )
+        .with_context(|| format!("{name} failed"))
+    };
+    run("kernel-tests", false, guest::script(&built.harnesses))?;
+    run(
+        "systemd-unit",
+        true,
+        systemd::script(&built.agent, &built.probe, crate::workspace_root()),
+    )
 }
 
-/// Builds the kernel tests here, as the host's user; the VM only runs them.
-fn test_harnesses() -> Result<Vec<Executable>> {
-    if std::env::var_os("LIMITER_SKIP_KERNEL_TESTS").is_some_and(|v| v == "1") {
-        bail!("LIMITER_SKIP_KERNEL_TESTS=1 builds the kernel tests as ignored: unset it to run them in a VM");
+/// What the VM runs, built here as the host's user.
+struct Built {
+    harnesses: Vec<Executable>,
+    agent: PathBuf,
+    probe: PathBuf,
+}
+
+impl Built {
+    fn new() -> Result<Self> {
+        if std::env::var_os("LIMITER_SKIP_KERNEL_TESTS").is_some_and(|v| v == "1") {
+            bail!("LIMITER_SKIP_KERNEL_TESTS=1 builds the kernel tests as ignored: unset it to run them in a VM");
+        }
+        let mut args = vec!["test", "--no-run"];
+        for package in KERNEL_TEST_PACKAGES {
+            args.extend(["--package", package]);
+        }
+        let (harnesses, binaries): (Vec<_>, Vec<_>) =
+            artifacts::build(&args)?.into_iter().partition(|e| e.test);
+        if harnesses.is_empty() {
+            bail!("cargo built no test harness");
+        }
+        let binary = |name: &str| -> Result<PathBuf> {
+            binaries
+                .iter()
+                .find(|e| e.name == name)
+                .map(|e| e.path.clone())
+                .with_context(|| format!("cargo built no {name}"))
+        };
+        Ok(Built {
+            agent: binary("limiter-agent-under-test")?,
+            probe: binary("limiter-probe")?,
+            harnesses,
+        })
     }
-    let mut args = vec!["test", "--no-run"];
-    for package in KERNEL_TEST_PACKAGES {
-        args.extend(["--package", package]);
-    }
-    let harnesses: Vec<Executable> = artifacts::build(&args)?
-        .into_iter()
-        .filter(|e| e.test)
-        .collect();
-    if harnesses.is_empty() {
-        bail!("cargo built no test harness");
-    }
-    Ok(harnesses)
 }
 
 /// Where the script and the logs of one kernel go, under the target directory.
