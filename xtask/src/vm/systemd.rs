@@ -46,10 +46,15 @@ echo "$(systemctl --version | head -n 1) as PID 1 on $(uname -r)"
 # systemd in a guest it takes for a container leaves bpffs unmounted.
 grep -q ' /sys/fs/bpf bpf ' /proc/mounts || mount -t bpf bpf /sys/fs/bpf || fail "cannot mount bpffs"
 
-install -m 755 '{agent}' /usr/local/bin/limiter-user
-mkdir -p /etc/limiter
-printf 'mode = "prod"\nalgorithm = "fixed"\nlimit = 1\n' >/etc/limiter/limiter.toml
-install -m 644 '{workspace}/dist/limiter@.service' /etc/systemd/system/
+# Installed where the unit expects the binary and its configuration.
+unit='{workspace}/dist/limiter@.service'
+binary=$(sed -n 's/^ExecStart=\([^ ]*\).*/\1/p' "$unit")
+config=$(sed -n 's/^ExecStart=.* --config \([^ ]*\).*/\1/p' "$unit")
+[ -n "$binary" ] && [ -n "$config" ] || fail "no binary or --config in the unit's ExecStart"
+install -D -m 755 '{agent}' "$binary"
+mkdir -p "$(dirname "$config")"
+printf 'mode = "prod"\nalgorithm = "fixed"\nlimit = 1\n' >"$config"
+install -m 644 "$unit" /etc/systemd/system/
 # Accepts and closes every connection, so that only the limiter refuses any.
 cat >/etc/systemd/system/demo-upstream.service <<'UNIT'
 [Service]
