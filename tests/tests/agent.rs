@@ -95,9 +95,18 @@ fn sighup_reloads_the_configuration_without_dropping_state() {
     let (first, lines) = Probe::hold(&cg, up.addr, 3);
     assert_eq!(tally(&lines), (2, 1, 0));
 
-    std::fs::write(&config.0, "algorithm = \"fixed\"\nlimit = 4\n").unwrap();
+    std::fs::write(
+        &config.0,
+        "algorithm = \"fixed\"\nlimit = 4\nheartbeat_timeout_secs = 3\n",
+    )
+    .unwrap();
     agent.signal(libc::SIGHUP);
     wait_until("the new limit", || field(&cg, up.addr, "limit") == 4);
+    assert_eq!(
+        status_report(&cg)["agent"]["heartbeat_timeout_ms"],
+        3000.0,
+        "the kernel has the new heartbeat timeout"
+    );
     let (second, lines) = Probe::hold(&cg, up.addr, 3);
     assert_eq!(tally(&lines), (2, 1, 0), "4 allowed, 2 already held");
     assert_eq!(
@@ -112,12 +121,19 @@ fn sighup_reloads_the_configuration_without_dropping_state() {
     agent.signal(libc::SIGHUP);
     let path = config.0.display().to_string();
     wait_until("the reload error in the log", || {
-        agent
-            .log
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|l| l.contains("reload failed") && l.contains(&path))
+        agent.logged(&["reload failed", &path])
+    });
+    assert_eq!(field(&cg, up.addr, "limit"), 4);
+
+    // Map sizes are fixed once loaded: a reload asking for others says so.
+    std::fs::write(
+        &config.0,
+        "algorithm = \"fixed\"\nlimit = 5\nmax_destinations = 100\n",
+    )
+    .unwrap();
+    agent.signal(libc::SIGHUP);
+    wait_until("the refused resize in the log", || {
+        agent.logged(&["reload failed", "max_destinations changes only"])
     });
     assert_eq!(field(&cg, up.addr, "limit"), 4);
     first.release();

@@ -310,15 +310,7 @@ fn an_overflowing_ring_buffer_counts_its_losses_and_never_stalls_the_application
     agent.signal(libc::SIGCONT);
 
     // 500 samples and one handshake were sent: each was either delivered or counted lost.
-    let drops = || -> usize {
-        let out = agent_command(&["status", "--cgroup", &cg.path().to_string_lossy()]);
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        text.split("ring buffer drops ")
-            .nth(1)
-            .and_then(|t| t.split(',').next())
-            .and_then(|n| n.trim().parse().ok())
-            .unwrap_or_else(|| panic!("no drop count in status: {text}"))
-    };
+    let drops = || global(&cg, "ringbuf_drops") as usize;
     wait_until("every signal delivered or counted", || {
         agent
             .signals()

@@ -61,6 +61,10 @@ impl AgentBinary {
             "status failed: {}",
             String::from_utf8_lossy(&stderr)
         );
-        Ok(serde_json::from_slice(&stdout)?)
+        let mut report: serde_json::Value = serde_json::from_slice(&stdout)?;
+        match report["destinations"].take() {
+            serde_json::Value::Array(rows) => Ok(rows),
+            other => anyhow::bail!("status --json has no destinations array: {other}"),
+        }
     }
 }
