@@ -3,6 +3,8 @@
 
 use std::fmt::Write;
 
+use limiter_integration_tests::HANG_GUARD_VAR;
+
 use crate::artifacts::Executable;
 
 /// Tests marked ignored are those that need what a development machine may lack (such as
@@ -21,6 +23,9 @@ modprobe sch_netem || echo 'sch_netem cannot be loaded: the network-delay test w
 failed=0
 ",
     );
+    // Emulation is several times slower than the host, and the closed-loop tests wait
+    // for the controller to react to real traffic; the bound only guards against hangs.
+    let _ = writeln!(s, "export {HANG_GUARD_VAR}=600");
     for h in harnesses {
         let _ = write!(
             s,

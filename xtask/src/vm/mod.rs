@@ -8,7 +8,7 @@ mod systemd;
 
 use std::{path::PathBuf, time::Duration};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 
 use crate::artifacts::{self, Executable};
 use boot::Guest;
@@ -64,12 +64,17 @@ fn test_on(spec: &str, built: &Built, options: &Options) -> Result<()> {
         )
         .with_context(|| format!("{name} failed"))
     };
-    run("kernel-tests", false, guest::script(&built.harnesses))?;
-    run(
+    let tests = run("kernel-tests", false, guest::script(&built.harnesses));
+    let unit = run(
         "systemd-unit",
         true,
         systemd::script(&built.agent, &built.probe, crate::workspace_root()),
-    )
+    );
+    match (tests, unit) {
+        (Ok(()), unit) => unit,
+        (Err(tests), Ok(())) => Err(tests),
+        (Err(tests), Err(unit)) => Err(anyhow!("{tests:#}; and {unit:#}")),
+    }
 }
 
 /// What the VM runs, built here as the host's user.
