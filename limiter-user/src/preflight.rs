@@ -17,10 +17,34 @@ pub struct Kernel {
     pub has_set_retval: bool,
 }
 
+/// Makes the agent use the programs as it would on an older kernel (`5.17`), so that the
+/// path older kernels take can be tried on a newer one; it can only lower the version.
+pub const ASSUME_KERNEL_VAR: &str = "LIMITER_ASSUME_KERNEL";
+
 pub fn check_kernel() -> Result<Kernel> {
-    let version = KernelVersion::current()
+    let running = KernelVersion::current()
         .map_err(|e| anyhow::anyhow!("cannot read the kernel version: {e}"))?;
+    let version = match std::env::var(ASSUME_KERNEL_VAR) {
+        Ok(assumed) => {
+            let assumed = assumed_version(&assumed)?;
+            if assumed < running {
+                assumed
+            } else {
+                running
+            }
+        }
+        Err(_) => running,
+    };
     kernel_features(version)
+}
+
+fn assumed_version(text: &str) -> Result<KernelVersion> {
+    let parse = |part: Option<&str>| part.and_then(|p| p.parse::<u8>().ok());
+    let mut parts = text.trim().split('.');
+    match (parse(parts.next()), parse(parts.next()), parts.next()) {
+        (Some(major), Some(minor), None) => Ok(KernelVersion::new(major, minor, 0)),
+        _ => bail!("{ASSUME_KERNEL_VAR}={text}: give a kernel version as MAJOR.MINOR, e.g. 5.17"),
+    }
 }
 
 fn kernel_features(version: KernelVersion) -> Result<Kernel> {
@@ -59,6 +83,18 @@ mod tests {
             .unwrap()
             .to_string();
         assert!(err.contains("too old") && err.contains("5.10"), "{err}");
+    }
+
+    #[test]
+    fn an_assumed_kernel_is_major_dot_minor() {
+        assert_eq!(
+            assumed_version("5.17").unwrap(),
+            KernelVersion::new(5, 17, 0)
+        );
+        for bad in ["5", "5.17.1", "five.x", ""] {
+            let err = assumed_version(bad).err().unwrap().to_string();
+            assert!(err.contains(ASSUME_KERNEL_VAR), "{err}");
+        }
     }
 
     #[test]

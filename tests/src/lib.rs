@@ -34,8 +34,20 @@ pub use limiter_kernel_test::kernel_test;
 /// Name of the variable that lets a runner without root opt out of the kernel tests.
 pub const SKIP_VAR: &str = "LIMITER_SKIP_KERNEL_TESTS";
 
+/// Raises the bound on waiting (seconds) where everything is slower, as in an emulated VM.
+pub const HANG_GUARD_VAR: &str = "LIMITER_TEST_HANG_GUARD_SECS";
+
 /// Bound on waiting for something that must happen; it guards against hangs only.
-const HANG_GUARD: Duration = Duration::from_secs(150);
+fn hang_guard() -> Duration {
+    let secs = std::env::var(HANG_GUARD_VAR)
+        .ok()
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("{HANG_GUARD_VAR}={v}: give a number of seconds"))
+        })
+        .unwrap_or(150);
+    Duration::from_secs(secs)
+}
 
 /// Called first by every `#[kernel_test]`: panics with the fix when the test cannot run.
 pub fn require_root() {
@@ -52,7 +64,7 @@ pub fn require_root() {
 pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
     let start = Instant::now();
     while !done() {
-        assert!(start.elapsed() < HANG_GUARD, "gave up waiting for {what}");
+        assert!(start.elapsed() < hang_guard(), "gave up waiting for {what}");
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -139,7 +151,7 @@ impl Drop for TestCgroup {
                 .unwrap_or(false)
         };
         let start = Instant::now();
-        while populated() && start.elapsed() < HANG_GUARD {
+        while populated() && start.elapsed() < hang_guard() {
             std::thread::sleep(Duration::from_millis(10));
         }
         let _ = std::fs::remove_dir(&self.path);
@@ -306,6 +318,7 @@ fn serve_http(stream: TcpStream, delay_ms: &std::sync::atomic::AtomicU64) {
 /// for network tests; no traffic leaves the machine.
 pub struct TestNetns {
     name: String,
+    peer_if: String,
     pub host_addr: std::net::Ipv4Addr,
     pub peer_addr: std::net::Ipv4Addr,
 }
@@ -321,6 +334,7 @@ impl TestNetns {
         );
         let net = TestNetns {
             name: name.clone(),
+            peer_if: peer_if.clone(),
             host_addr: std::net::Ipv4Addr::new(198, 18, n as u8, 1),
             peer_addr: std::net::Ipv4Addr::new(198, 18, n as u8, 2),
         };
@@ -355,6 +369,21 @@ impl TestNetns {
         ip(&["-n", &name, "link", "set", &peer_if, "up"]);
         ip(&["-n", &name, "link", "set", "lo", "up"]);
         net
+    }
+
+    /// Delays every packet the namespace sends by `delay` (netem on its end of the pair):
+    /// time the network adds, not the upstream. Needs the kernel's `sch_netem`.
+    pub fn delay_outgoing(&self, delay: Duration) {
+        let delay = format!("{}ms", delay.as_millis());
+        let status = Command::new("tc")
+            .args(["-n", &self.name, "qdisc", "add", "dev", &self.peer_if])
+            .args(["root", "netem", "delay", &delay])
+            .status()
+            .expect("tc (iproute2) is not installed");
+        assert!(
+            status.success(),
+            "tc cannot add a netem qdisc: this kernel needs sch_netem (modprobe sch_netem)"
+        );
     }
 
     /// Starts an upstream inside the namespace, listening on its veth address.
@@ -546,7 +575,7 @@ impl Agent {
                 }
             }
         });
-        if rx.recv_timeout(HANG_GUARD).is_err() {
+        if rx.recv_timeout(hang_guard()).is_err() {
             let _ = child.kill();
             let status = child.wait().unwrap();
             panic!(

@@ -1,5 +1,7 @@
 //! Admission in the connect hook: limits, modes, address families (root, real kernel).
 
+use std::process::Command;
+
 use limiter_integration_tests::*;
 
 fn upstream() -> Upstream {
@@ -38,6 +40,26 @@ fn at_the_limit_connects_fail_with_econnrefused_and_send_no_syn() {
     assert_eq!(field(&cg, to, "shed"), 5);
     probe.release();
     wait_until("the slots to come back", || field(&cg, to, "inflight") == 0);
+}
+
+/// Kernels before 5.18 lack `bpf_set_retval`, so a refused connect fails with EPERM there:
+/// the agent is told the kernel is older and takes that path on this one.
+#[kernel_test]
+fn before_5_18_connects_at_the_limit_fail_with_eperm() {
+    let cg = TestCgroup::new("eperm");
+    let up = upstream();
+    let mut agent = Command::new(agent_bin());
+    agent.env("LIMITER_ASSUME_KERNEL", "5.17");
+    let _agent = Agent::start_command(agent, &cg, &["--algorithm", "fixed", "--limit", "2"]);
+    let (_probe, lines) = Probe::hold(&cg, up.addr, 4);
+    let eperm = format!("err {}", libc::EPERM);
+    assert_eq!(tally(&lines[..4]), (2, 0, 2), "{lines:?}");
+    assert_eq!(
+        lines[..4].iter().filter(|l| **l == eperm).count(),
+        2,
+        "{lines:?}"
+    );
+    assert_eq!(field(&cg, up.addr, "shed"), 2);
 }
 
 #[kernel_test]

@@ -264,6 +264,29 @@ fn traffic_over_a_real_interface_gives_samples_too() {
     assert_eq!(wait_signals(&agent, up.addr, "handshake", 1).len(), 1);
 }
 
+/// The upstream answers at once; only the network delays its answer. Ignored where run
+/// by plain `cargo test`, since not every kernel has netem loaded: the VM runs of
+/// `cargo xtask test --kernel` load it and run this test.
+#[test]
+#[ignore = "needs sch_netem (network delay); `cargo xtask test --kernel` runs it in a VM"]
+fn a_delay_the_network_adds_is_part_of_the_sample() {
+    require_root();
+    const NETWORK_DELAY_MS: u64 = 100;
+    let cg = TestCgroup::new("netemsignal");
+    let net = TestNetns::new();
+    net.delay_outgoing(Duration::from_millis(NETWORK_DELAY_MS));
+    let up = net.upstream(Behaviour::Respond {
+        first_byte: Duration::ZERO,
+        hold: Duration::ZERO,
+    });
+    let agent = start(&cg);
+    let client = exchange(&cg, up.addr, &["--requests", "3"]);
+    let kernel = wait_signals(&agent, up.addr, "sample", 3);
+    for (k, c) in kernel.iter().zip(&client) {
+        assert_bounded(k.value_ns, NETWORK_DELAY_MS, *c);
+    }
+}
+
 #[kernel_test]
 fn an_overflowing_ring_buffer_counts_its_losses_and_never_stalls_the_application() {
     let cg = TestCgroup::new("overflow");

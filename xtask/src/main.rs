@@ -1,9 +1,14 @@
 //! `cargo xtask <task>`: what cargo alone cannot do.
 
+mod artifacts;
 mod bench;
 mod client;
+mod vm;
 
-use std::process::{Command, ExitCode};
+use std::{
+    path::Path,
+    process::{Command, ExitCode},
+};
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
@@ -18,8 +23,9 @@ struct Cli {
 #[derive(Subcommand)]
 enum Task {
     /// Formatting, lints, and every test, kernel tests included (their binaries run
-    /// through `sudo -E` when you are not root).
-    Test,
+    /// through `sudo -E` when you are not root); with `--kernel`, the kernel tests only, in a
+    /// VM booting that kernel.
+    Test(vm::Options),
     /// What the limiter costs, side by side with no limiter and with an egress proxy
     /// (root; writes docs/benchmarks.md).
     Bench(bench::Options),
@@ -34,7 +40,8 @@ fn main() -> ExitCode {
         return limiter_user::main();
     }
     let result = match Cli::parse().task {
-        Task::Test => test(),
+        Task::Test(options) if options.kernels.is_empty() => test(),
+        Task::Test(options) => vm::test(&options),
         Task::Bench(options) => bench::run(options),
         Task::BenchClient(options) => client::run(options),
     };
@@ -45,6 +52,12 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn workspace_root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
 }
 
 fn cargo(args: &[&str]) -> Command {

@@ -1,9 +1,8 @@
 //! The programs under measurement: built in release for the real run.
 
-use std::{io::BufRead, path::PathBuf, process::Stdio};
+use std::path::PathBuf;
 
-use anyhow::{bail, Context, Result};
-use serde::Deserialize;
+use anyhow::{Context, Result};
 
 use super::agent::AgentBinary;
 
@@ -24,54 +23,24 @@ impl Binaries {
 
     /// The agent as users build it, and the load generators optimised the same way.
     pub fn release() -> Result<Self> {
-        let mut cmd = crate::cargo(&[
+        let built = crate::artifacts::build(&[
             "build",
             "--release",
             "--package",
             "limiter-user",
             "--package",
             "xtask",
-            "--message-format=json-render-diagnostics",
-        ]);
-        let mut child = cmd
-            .current_dir(super::workspace_root())
-            .stdout(Stdio::piped())
-            .spawn()
-            .with_context(|| format!("cannot run {cmd:?}"))?;
-        let (mut agent, mut client) = (None, None);
-        for line in std::io::BufReader::new(child.stdout.take().expect("piped")).lines() {
-            let Ok(Artifact {
-                target,
-                executable: Some(exe),
-            }) = serde_json::from_str(&line?)
-            else {
-                continue;
-            };
-            match target.name.as_str() {
-                "limiter-user" => agent = Some(exe),
-                "xtask" => client = Some(exe),
-                _ => {}
-            }
-        }
-        let status = child.wait()?;
-        if !status.success() {
-            bail!("{cmd:?} failed ({status})");
-        }
+        ])?;
+        let find = |name: &str| {
+            built
+                .iter()
+                .find(|e| e.name == name && !e.test)
+                .map(|e| e.path.clone())
+                .with_context(|| format!("cargo built no {name} binary"))
+        };
         Ok(Binaries {
-            agent: AgentBinary::Built(agent.context("cargo built no limiter-user binary")?),
-            client: client.context("cargo built no xtask binary")?,
+            agent: AgentBinary::Built(find("limiter-user")?),
+            client: find("xtask")?,
         })
     }
-}
-
-/// The part of cargo's `compiler-artifact` message that says where a binary went.
-#[derive(Deserialize)]
-struct Artifact {
-    target: Target,
-    executable: Option<PathBuf>,
-}
-
-#[derive(Deserialize)]
-struct Target {
-    name: String,
 }

@@ -21,7 +21,7 @@ pub fn run() -> Result<Vec<Figure>> {
         "bencher",
     ]);
     let out = cmd
-        .current_dir(super::workspace_root())
+        .current_dir(crate::workspace_root())
         .stderr(Stdio::inherit())
         .output()
         .with_context(|| format!("cannot run {cmd:?}"))?;

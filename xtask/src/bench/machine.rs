@@ -51,7 +51,7 @@ fn field<'a>(text: &'a str, name: &str) -> Option<&'a str> {
 
 /// The commit measured, and whether the checkout differs from it.
 fn commit() -> String {
-    let root = super::workspace_root();
+    let root = crate::workspace_root();
     let git = |args: &[&str]| -> Option<String> {
         let out = std::process::Command::new("git")
             .arg("-C")

@@ -19,7 +19,7 @@ mod servers;
 mod stats;
 mod wrk;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::{ensure, Context, Result};
 use clap::Args;
@@ -166,7 +166,7 @@ pub fn run(options: Options) -> Result<()> {
     let markdown = report.render();
     println!("{markdown}");
     if !options.smoke {
-        let path = workspace_root().join(&options.out);
+        let path = crate::workspace_root().join(&options.out);
         let existing = std::fs::read_to_string(&path).ok();
         std::fs::write(&path, report::splice(existing.as_deref(), &markdown))
             .with_context(|| format!("cannot write {}", path.display()))?;
@@ -179,12 +179,6 @@ pub fn run(options: Options) -> Result<()> {
 fn skipped<T>(why: String) -> Outcome<T> {
     println!("skipped: {why}");
     Outcome::Skipped(why)
-}
-
-fn workspace_root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("xtask lives in the workspace")
 }
 
 /// A thousand upstreams and their connections need more descriptors than the usual 1 024.

@@ -1,0 +1,140 @@
+//! Boots a kernel with virtme-ng (the host's root file system shared read-only, writable
+//! overlays on top) and runs one command in it, never for longer than a deadline.
+
+use std::{
+    fs::File,
+    io::{Read, Write},
+    os::unix::process::CommandExt,
+    path::Path,
+    process::{Command, Stdio},
+    sync::{mpsc, Arc, Mutex},
+    time::Duration,
+};
+
+use anyhow::{bail, Context, Result};
+
+/// How the guest is started.
+pub struct Guest<'a> {
+    pub image: &'a Path,
+    /// systemd as PID 1 instead of virtme-ng's own init.
+    pub systemd: bool,
+    pub timeout: Duration,
+}
+
+impl Guest<'_> {
+    /// Runs `command` in the guest; the console and the command's output go to the terminal
+    /// and to `log`. Fails unless the command exits 0: a panic ends qemu (the kernel is told
+    /// not to reboot), a hang is stopped at the deadline.
+    pub fn run(&self, command: &str, log: &Path) -> Result<()> {
+        let mut cmd = self.vng(command);
+        let log_file = Arc::new(Mutex::new(
+            File::create(log).with_context(|| format!("cannot create {}", log.display()))?,
+        ));
+        // Pipes, not files: qemu opens each output chardev afresh, and on a regular file
+        // those would overwrite one another.
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // Its own process group, so that a hang is ended with qemu and all.
+            .process_group(0);
+        let mut child = cmd
+            .spawn()
+            .context("cannot run vng: install virtme-ng (pip install virtme-ng), or run .ci/run")?;
+        let copiers = [
+            tee(
+                child.stdout.take().expect("piped"),
+                std::io::stdout(),
+                &log_file,
+            ),
+            tee(
+                child.stderr.take().expect("piped"),
+                std::io::stderr(),
+                &log_file,
+            ),
+        ];
+        let pid = child.id();
+        let (done, exited) = mpsc::channel();
+        std::thread::spawn(move || done.send(child.wait()));
+        let status = match exited.recv_timeout(self.timeout) {
+            Ok(status) => status?,
+            Err(_) => {
+                // SAFETY: kill has no memory preconditions; the group is the one spawned above.
+                unsafe { libc::kill(-(pid as i32), libc::SIGKILL) };
+                let _ = exited.recv();
+                bail!(
+                    "the VM gave no result within {} s and was stopped: its console is above and in {}",
+                    self.timeout.as_secs(),
+                    log.display()
+                );
+            }
+        };
+        for copier in copiers {
+            let _ = copier.join();
+        }
+        if !status.success() {
+            bail!(
+                "the VM's run failed ({status}; 255 is a kernel panic or an init failure): its console is above and in {}",
+                log.display()
+            );
+        }
+        Ok(())
+    }
+
+    fn vng(&self, command: &str) -> Command {
+        let mut cmd = Command::new("vng");
+        cmd.arg("--run")
+            .arg(self.image)
+            // The console too, so that a panic or a hang shows what the kernel said.
+            .arg("--verbose")
+            // virtiofsd as packaged with qemu 7.2 does not start; 9p works everywhere.
+            .arg("--force-9p")
+            .args(["--cpus", "2", "--memory", "4G"]);
+        if !hardware_virtualisation() {
+            cmd.arg("--disable-kvm");
+        }
+        if self.systemd {
+            cmd.arg("--systemd").args(["--append", SYSTEMD_ARGS]);
+        }
+        cmd.args(["--exec", command]);
+        cmd
+    }
+}
+
+/// systemd takes the guest for a container (the host's root, shared, may hold /.dockerenv),
+/// and in a container it reads its options from its own command line, not the kernel's:
+/// SYSTEMD_PROC_CMDLINE (an environment variable the kernel hands to init) gives them
+/// back. They ask for the serial getty virtme-ng runs its command from (a container would
+/// get a /dev/console one), for basic.target only, not the host's services, and for
+/// failures only on the console.
+const SYSTEMD_ARGS: &str = "\"SYSTEMD_PROC_CMDLINE=systemd.unit=basic.target \
+    systemd.wants=serial-getty@ttyS0.service systemd.mask=console-getty.service \
+    systemd.show_status=error\"";
+
+/// KVM only where the CPU offers VMX or SVM: a /dev/kvm without them (a paravirtualised
+/// one, as in some cloud guests) cannot run a stock kernel, so software emulation it is.
+fn hardware_virtualisation() -> bool {
+    Path::new("/dev/kvm").exists()
+        && std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|info| {
+            info.lines()
+                .filter(|l| l.starts_with("flags"))
+                .any(|l| l.split_whitespace().any(|f| f == "vmx" || f == "svm"))
+        })
+}
+
+fn tee(
+    mut from: impl Read + Send + 'static,
+    mut to: impl Write + Send + 'static,
+    log: &Arc<Mutex<File>>,
+) -> std::thread::JoinHandle<()> {
+    let log = Arc::clone(log);
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 8192];
+        while let Ok(n) = from.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            let _ = to.write_all(&buf[..n]);
+            let _ = log.lock().expect("no panics hold it").write_all(&buf[..n]);
+        }
+    })
+}
