@@ -4,6 +4,7 @@
 use std::{
     net::SocketAddr,
     os::fd::AsRawFd,
+    process::ExitStatus,
     time::{Duration, Instant},
 };
 
@@ -22,6 +23,8 @@ use crate::{
     control::ControlLoop,
     enforcement::{Enforcement, Rings, Settings},
     events::DecisionLog,
+    exec::{Launch, Supervised},
+    feed::{self, Feed},
     lock::AgentLock,
     metrics::{self, Metrics, Snapshot},
     pins::{self, PinDir},
@@ -61,7 +64,15 @@ fn settings(config: &Config, plan: &Plan) -> Settings {
     }
 }
 
-pub fn run(cgroup: Cgroup, options: Options, source: &dyn ConfigSource) -> Result<()> {
+/// Attaches to `cgroup` and enforces until SIGTERM/SIGINT; with `launch`, starts that
+/// program inside the cgroup once attached, passes those signals on to it, and stops when
+/// it and everything it started are gone, returning its exit status.
+pub fn run(
+    cgroup: Cgroup,
+    options: Options,
+    source: &dyn ConfigSource,
+    launch: Option<Launch>,
+) -> Result<Option<ExitStatus>> {
     let config = source.load()?;
     let plan = Plan::build(&config, None)?;
     preflight::check_privileges()?;
@@ -76,7 +87,7 @@ pub fn run(cgroup: Cgroup, options: Options, source: &dyn ConfigSource) -> Resul
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(async {
+    let status = runtime.block_on(async {
         // Handlers first: a SIGTERM that arrives while attaching must still detach.
         let signals = OsSignals::install()?;
         let metrics = match options.metrics {
@@ -93,6 +104,8 @@ pub fn run(cgroup: Cgroup, options: Options, source: &dyn ConfigSource) -> Resul
         } else {
             Enforcement::attach(&cgroup, pins, &settings, &kernel)?
         };
+        let feed = Feed::default();
+        let _feed_socket = feed::serve(feed::socket_path(enforcement.pins()), feed.clone())?;
         info!(
             took_over,
             cgroup = %cgroup.path().display(),
@@ -106,7 +119,8 @@ pub fn run(cgroup: Cgroup, options: Options, source: &dyn ConfigSource) -> Resul
             cgroup,
             kernel,
             enforcement,
-            control: ControlLoop::new(plan),
+            control: ControlLoop::new(plan, feed.clone()),
+            feed,
             config,
             metrics,
             signals_consumed: 0,
@@ -116,10 +130,11 @@ pub fn run(cgroup: Cgroup, options: Options, source: &dyn ConfigSource) -> Resul
         agent
             .control
             .sync(monotonic_ns(), &mut agent.enforcement.tables)?;
-        agent.serve(rings, signals, source).await
-    })?;
+        let child = launch.map(|l| l.spawn(&agent.cgroup)).transpose()?;
+        agent.serve(rings, signals, source, child).await
+    });
     info!("limiter detached");
-    Ok(())
+    status
 }
 
 /// SIGTERM and SIGINT end the agent, SIGHUP reloads.
@@ -149,6 +164,7 @@ struct Agent {
     control: ControlLoop,
     config: Config,
     metrics: Option<Metrics>,
+    feed: Feed,
     signals_consumed: u64,
     keep_attached: bool,
 }
@@ -159,7 +175,8 @@ impl Agent {
         rings: Rings,
         mut os: OsSignals,
         source: &dyn ConfigSource,
-    ) -> Result<()> {
+        mut child: Option<Supervised>,
+    ) -> Result<Option<ExitStatus>> {
         let heartbeat_timeout = Duration::from_secs(self.config.heartbeat_timeout_secs);
         // A few beats per timeout, so one late tick never trips the kernel's fail-open.
         let mut heartbeat = interval((heartbeat_timeout / 4).min(Duration::from_secs(1)));
@@ -169,7 +186,7 @@ impl Agent {
         let mut sync = interval(SYNC_EVERY);
         let mut resolve = interval(Duration::from_secs(self.config.resolve_interval_secs));
         resolve.tick().await;
-        let (mut decisions, mut signals) = watch_rings(rings)?;
+        let (mut decisions, mut signals) = watch_rings(rings, &self.feed)?;
 
         loop {
             tokio::select! {
@@ -191,10 +208,18 @@ impl Agent {
                     self.control.update(monotonic_ns(), &mut self.enforcement.tables)?;
                     decisions.get_mut().drain();
                     decisions.get_mut().summarise(Instant::now());
+                    if let Some(status) = child.as_ref().map(Supervised::finished).transpose()?.flatten() {
+                        return Ok(Some(status));
+                    }
+                }
+                status = Supervised::exited(&mut child) => {
+                    if let Some(child) = &mut child {
+                        child.record(status?);
+                    }
                 }
                 _ = sync.tick() => {
                     if let Some(rings) = self.follow_cgroup()? {
-                        (decisions, signals) = watch_rings(rings)?;
+                        (decisions, signals) = watch_rings(rings, &self.feed)?;
                     }
                     self.control.sync(monotonic_ns(), &mut self.enforcement.tables)?;
                     self.publish_metrics()?;
@@ -208,12 +233,21 @@ impl Agent {
                         error!("re-resolving destinations failed, keeping the previous addresses: {e:#}");
                     }
                 }
-                _ = os.hup.recv() => match source.load().and_then(|config| self.apply(config)) {
-                    Ok(()) => info!("configuration reloaded"),
-                    Err(e) => error!("reload failed, keeping the previous configuration: {e:#}"),
+                _ = os.hup.recv() => match &child {
+                    Some(child) => child.forward(nix::sys::signal::SIGHUP),
+                    None => match source.load().and_then(|config| self.apply(config)) {
+                        Ok(()) => info!("configuration reloaded"),
+                        Err(e) => error!("reload failed, keeping the previous configuration: {e:#}"),
+                    },
                 },
-                _ = os.term.recv() => break,
-                _ = os.int.recv() => break,
+                _ = os.term.recv() => match &child {
+                    Some(child) => child.forward(nix::sys::signal::SIGTERM),
+                    None => break,
+                },
+                _ = os.int.recv() => match &child {
+                    Some(child) => child.forward(nix::sys::signal::SIGINT),
+                    None => break,
+                },
             }
         }
         if self.keep_attached {
@@ -221,7 +255,7 @@ impl Agent {
             info!(pins = %self.enforcement.pins().path().display(), "leaving the programs attached for the next agent");
         }
         // Dropping the enforcement detaches the programs and removes the pins, unless kept.
-        Ok(())
+        Ok(None)
     }
 
     /// Re-attaches when the cgroup directory was replaced (a restarted systemd service);
@@ -272,9 +306,12 @@ fn consume(control: &mut ControlLoop, ev: SignalEvent) {
     control.on_signal(ev);
 }
 
-fn watch_rings(rings: Rings) -> Result<(AsyncFd<DecisionLog>, AsyncFd<SignalReader>)> {
+fn watch_rings(
+    rings: Rings,
+    feed: &Feed,
+) -> Result<(AsyncFd<DecisionLog>, AsyncFd<SignalReader>)> {
     Ok((
-        watch(DecisionLog::new(rings.decisions))?,
+        watch(DecisionLog::new(rings.decisions, feed.clone()))?,
         watch(SignalReader::new(rings.signals))?,
     ))
 }

@@ -1,6 +1,6 @@
 //! The command line. `run` is the default subcommand.
 
-use std::path::PathBuf;
+use std::{ffi::OsString, path::PathBuf};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use limiter_core::config::Algorithm;
@@ -25,6 +25,11 @@ pub struct Cli {
 pub enum Command {
     /// Attach to a cgroup and enforce limits until SIGTERM/SIGINT (the default).
     Run(RunArgs),
+    /// Run a program in a cgroup of its own, limited from its first connect; exit with
+    /// its status and remove the cgroup once it and everything it started are gone.
+    Exec(ExecArgs),
+    /// Follow a running agent's decisions (shed, would_shed, redirected) and limit changes.
+    Events(EventsArgs),
     /// Show every destination's limit, in-flight count and counters from the pinned maps.
     Status(StatusArgs),
     /// Remove a left-over attachment and its pins.
@@ -38,6 +43,32 @@ pub struct RunArgs {
     /// The cgroup v2 directory whose processes are protected.
     #[arg(long, value_name = "PATH")]
     pub cgroup: Option<PathBuf>,
+    /// On SIGTERM/SIGINT, leave the programs attached and pinned so that enforcement
+    /// continues while the agent restarts; the next agent takes them over.
+    #[arg(long)]
+    pub keep_attached: bool,
+    #[command(flatten)]
+    pub agent: AgentArgs,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "Exit status: CMD's, 128 + N when a signal N killed it, 125 when the \
+    limiter could not start, 126 when CMD cannot be executed, 127 when it is not found.")]
+pub struct ExecArgs {
+    /// Create the transient cgroup below this cgroup v2 directory (default: the cgroup v2
+    /// mount).
+    #[arg(long, value_name = "DIR")]
+    pub parent: Option<PathBuf>,
+    #[command(flatten)]
+    pub agent: AgentArgs,
+    /// The program to run and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
+
+/// How the agent limits, shared by `run` and `exec`.
+#[derive(Debug, Args, Default)]
+pub struct AgentArgs {
     /// TOML configuration file; flags override it.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -66,15 +97,22 @@ pub struct RunArgs {
     /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9464); off by default.
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<std::net::SocketAddr>,
-    /// On SIGTERM/SIGINT, leave the programs attached and pinned so that enforcement
-    /// continues while the agent restarts; the next agent takes them over.
-    #[arg(long)]
-    pub keep_attached: bool,
     /// Pin directory (default: /sys/fs/bpf/limiter/<escaped cgroup path>).
     #[arg(long, value_name = "DIR")]
     pub pin_dir: Option<PathBuf>,
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+}
+
+#[derive(Debug, Args)]
+pub struct EventsArgs {
+    #[arg(long, value_name = "PATH", conflicts_with = "pin_dir")]
+    pub cgroup: Option<PathBuf>,
+    #[arg(long, value_name = "DIR")]
+    pub pin_dir: Option<PathBuf>,
+    /// One JSON object per line instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -84,8 +122,12 @@ pub struct StatusArgs {
     #[arg(long, value_name = "DIR")]
     pub pin_dir: Option<PathBuf>,
     /// A JSON array of objects, one per destination.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "watch")]
     pub json: bool,
+    /// Redraw the table every SECS seconds (default 2), busiest destinations first.
+    #[arg(long, value_name = "SECS", num_args = 0..=1, default_missing_value = "2",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub watch: Option<u64>,
 }
 
 #[derive(Debug, Args)]

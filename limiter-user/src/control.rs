@@ -9,6 +9,7 @@ use limiter_core::{controller, ControlConfig, Controller, Outcome};
 use tracing::debug;
 
 use crate::{
+    feed::{self, Event, Feed, LimitChange},
     plan::Plan,
     signals::{Signal, SignalEvent},
     tables::Tables,
@@ -19,20 +20,40 @@ struct Managed {
     config: ControlConfig,
     /// What the kernel has now, so that only changes are written.
     published: Option<DestPolicy>,
+    /// Verdicts since the last limit change: part of why the limit moves.
+    errors: u32,
+    timeouts: u32,
+    /// Rebuilt by a new configuration since the last limit change.
+    reconfigured: bool,
+}
+
+/// Limit changes since the agent started, by direction.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Changes {
+    pub up: u64,
+    pub down: u64,
 }
 
 /// Every destination's controller.
 pub struct ControlLoop {
     plan: Plan,
     managed: HashMap<DestKey, Managed>,
+    feed: Feed,
+    changes: Changes,
 }
 
 impl ControlLoop {
-    pub fn new(plan: Plan) -> Self {
+    pub fn new(plan: Plan, feed: Feed) -> Self {
         ControlLoop {
             plan,
             managed: HashMap::new(),
+            feed,
+            changes: Changes::default(),
         }
+    }
+
+    pub fn changes(&self) -> Changes {
+        self.changes
     }
 
     /// The destination's controller, created on first sight. `current` is the limit the
@@ -49,6 +70,9 @@ impl ControlLoop {
                 controller: controller(&start, now_ns),
                 config,
                 published: None,
+                errors: 0,
+                timeouts: 0,
+                reconfigured: false,
             }
         })
     }
@@ -68,9 +92,13 @@ impl ControlLoop {
             Signal::ConnectTimeout | Signal::GaveUp => Outcome::Timeout,
             Signal::Handshake { .. } => return,
         };
-        self.managed(ev.dest, ev.ts_ns, None)
-            .controller
-            .on_outcome(ev.ts_ns, outcome);
+        let m = self.managed(ev.dest, ev.ts_ns, None);
+        match outcome {
+            Outcome::Timeout => m.timeouts = m.timeouts.saturating_add(1),
+            Outcome::Error => m.errors = m.errors.saturating_add(1),
+            Outcome::Shed => {}
+        }
+        m.controller.on_outcome(ev.ts_ns, outcome);
     }
 
     /// The update tick: every controller decides, changed policies go to the kernel.
@@ -84,8 +112,32 @@ impl ControlLoop {
             if m.published == Some(policy) {
                 continue;
             }
-            if m.published.is_none_or(|p| p.limit != limit) {
-                debug!(destination = %key.socket_addr(), limit, "limit changed");
+            // Before its first publication the kernel enforces the initial policy.
+            let old = m
+                .published
+                .map_or_else(|| self.plan.initial_policy(key).limit, |p| p.limit);
+            if old != limit {
+                debug!(destination = %key.socket_addr(), old, limit, "limit changed");
+                if limit > old {
+                    self.changes.up += 1;
+                } else {
+                    self.changes.down += 1;
+                }
+                let ms = |ns: u64| (ns > 0).then(|| ns as f64 / 1e6);
+                self.feed.publish(|| {
+                    Some(Event::Limit(LimitChange {
+                        at_ms: feed::now_ms(),
+                        destination: key.socket_addr().to_string(),
+                        old,
+                        new: limit,
+                        p90_ms: ms(policy.p90_ns),
+                        baseline_ms: ms(policy.baseline_ns),
+                        errors: m.errors,
+                        timeouts: m.timeouts,
+                        reconfigured: m.reconfigured,
+                    }))
+                });
+                (m.errors, m.timeouts, m.reconfigured) = (0, 0, false);
             }
             tables.policies.insert(key, policy, 0)?;
             m.published = Some(policy);
@@ -145,6 +197,7 @@ impl ControlLoop {
             if config != m.config {
                 m.controller = controller(&config, now_ns);
                 m.config = config;
+                m.reconfigured = true;
             }
             // Mode or grouping may have changed: publish again on the next update.
             m.published = None;

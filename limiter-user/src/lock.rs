@@ -9,7 +9,7 @@ use std::{
 use anyhow::{bail, Context, Result};
 use nix::fcntl::{Flock, FlockArg};
 
-const RUN_DIR: &str = "/run/limiter";
+pub const RUN_DIR: &str = "/run/limiter";
 
 pub struct AgentLock {
     _file: Flock<std::fs::File>,
