@@ -79,6 +79,7 @@ impl Launch {
         info!(pid = child.id(), cgroup = %cgroup.path().display(), "started {}", self.path.display());
         Ok(Supervised {
             child,
+            program: self.path,
             status: None,
             cgroup: cgroup.clone(),
         })
@@ -126,6 +127,7 @@ fn check_executable(path: &Path, name: &OsStr) -> Result<PathBuf, LaunchError> {
 /// CMD while it runs, then its exit status until the cgroup is empty.
 pub struct Supervised {
     child: tokio::process::Child,
+    program: PathBuf,
     status: Option<ExitStatus>,
     cgroup: Cgroup,
 }
@@ -140,7 +142,7 @@ impl Supervised {
     }
 
     pub fn record(&mut self, status: ExitStatus) {
-        info!("{} exited ({status})", self.cgroup.path().display());
+        info!("{} exited ({status})", self.program.display());
         self.status = Some(status);
     }
 

@@ -22,6 +22,7 @@ pub fn follow(pins: &PinDir, json: bool) -> Result<()> {
             path.display()
         )
     })?;
+    eprintln!("limiter-user: following {}", path.display());
     let mut out = std::io::stdout().lock();
     for line in BufReader::new(stream).lines() {
         let line = line.context("the event stream broke off")?;

@@ -44,7 +44,15 @@ use crate::{
 
 /// The whole command line program: parse, run, one line on error.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // Past `exec`, the exit status is CMD's: the limiter's own failures are 125.
+        Err(e) if e.use_stderr() && std::env::args().nth(1).as_deref() == Some("exec") => {
+            let _ = e.print();
+            return ExitCode::from(exec::FAILED);
+        }
+        Err(e) => e.exit(),
+    };
     let result = match cli.command {
         None => run(cli.run),
         Some(Command::Run(args)) => run(args),

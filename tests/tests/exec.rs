@@ -1,0 +1,223 @@
+//! `limiter-user exec`: a program started in a cgroup of its own, limited from its first
+//! connect, with its exit status and signals passed through, and nothing left behind
+//! (root, real kernel, curl installed).
+
+use std::{
+    io::{BufRead, BufReader},
+    os::unix::process::ExitStatusExt,
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+};
+
+use limiter_integration_tests::*;
+
+/// `exec` below `parent`, with `args` before `--` and `cmd` after it.
+fn exec(parent: &TestCgroup, args: &[&str], cmd: &[&str]) -> Command {
+    let mut command = Command::new(agent_bin());
+    command
+        .arg("exec")
+        .arg("--parent")
+        .arg(parent.path())
+        .args(args)
+        .arg("--")
+        .args(cmd);
+    command
+}
+
+/// The transient cgroups below `parent` (there is one while exec runs).
+fn transient(parent: &TestCgroup) -> Vec<PathBuf> {
+    std::fs::read_dir(parent.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("limiter-exec-"))
+        .map(|e| e.path())
+        .collect()
+}
+
+/// The pins of a transient cgroup of `parent`.
+fn pins_below(parent: &TestCgroup) -> Vec<PathBuf> {
+    let prefix = parent.pin_dir().file_name().unwrap().to_string_lossy().into_owned();
+    std::fs::read_dir("/sys/fs/bpf/limiter")
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok())
+                .filter(|e| {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    name.starts_with(&prefix) && name.contains("limiter\\x2dexec")
+                })
+                .map(|e| e.path())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn assert_nothing_left(parent: &TestCgroup) {
+    assert_eq!(transient(parent), Vec::<PathBuf>::new(), "the cgroup is removed");
+    assert_eq!(pins_below(parent), Vec::<PathBuf>::new(), "the pins are removed");
+}
+
+/// A started exec whose CMD talks over stdin/stdout.
+struct Running {
+    child: Child,
+    stdout: BufReader<std::process::ChildStdout>,
+}
+
+impl Running {
+    fn start(mut command: Command) -> Self {
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("cannot start exec");
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        Running { child, stdout }
+    }
+
+    fn line(&mut self) -> String {
+        let mut line = String::new();
+        assert!(self.stdout.read_line(&mut line).unwrap() > 0, "CMD ended early");
+        line.trim_end().to_string()
+    }
+
+    fn lines_until(&mut self, end: &str) -> Vec<String> {
+        std::iter::from_fn(|| Some(self.line()))
+            .take_while(|l| l != end)
+            .collect()
+    }
+
+    fn signal(&self, sig: i32) {
+        // SAFETY: kill() on our own child's pid.
+        unsafe { libc::kill(self.child.id() as i32, sig) };
+    }
+
+    fn wait(mut self) -> std::process::ExitStatus {
+        drop(self.child.stdin.take());
+        self.child.wait().unwrap()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn the_first_connects_are_limited_and_the_status_is_cmds() {
+    require_kernel!();
+    let parent = TestCgroup::new("exec");
+    let up = Upstream::start("127.0.0.1:0", Behaviour::Hold);
+    let probe = probe_bin();
+    let mut run = Running::start(exec(
+        &parent,
+        &["--algorithm", "fixed", "--limit", "1"],
+        &[
+            &probe.to_string_lossy(),
+            "hold",
+            "--to",
+            &up.addr.to_string(),
+            "--count",
+            "3",
+        ],
+    ));
+    // The very first connects of the program already meet the limit.
+    let lines = run.lines_until("ready");
+    assert_eq!(tally(&lines), (1, 2, 0), "{lines:?}");
+    assert_eq!(transient(&parent).len(), 1, "CMD runs in a cgroup of its own");
+    assert_eq!(pins_below(&parent).len(), 1, "attached and pinned");
+    let status = run.wait();
+    assert_eq!(status.code(), Some(0));
+    assert_nothing_left(&parent);
+}
+
+#[test]
+fn an_unmodified_curl_runs_under_it_with_its_exit_status() {
+    require_kernel!();
+    let parent = TestCgroup::new("execcurl");
+    let up = SlowHttp::start(0);
+    let out = exec(&parent, &[], &["curl", "--silent", &up.url()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ok");
+    // curl's own status for a refused connection (7: failed to connect) comes back as is.
+    let refused = format!("http://{}/", closed_port());
+    let out = exec(&parent, &[], &["curl", "--silent", &refused])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(7));
+    assert_nothing_left(&parent);
+}
+
+#[test]
+fn signals_reach_cmd_and_a_killed_cmd_gives_128_plus_the_signal() {
+    require_kernel!();
+    let parent = TestCgroup::new("execsig");
+    let script = "trap 'echo hup' HUP; trap 'exit 3' TERM; echo ready; while :; do read -t 1 x || :; done";
+    let mut run = Running::start(exec(&parent, &[], &["bash", "-c", script]));
+    assert_eq!(run.line(), "ready");
+    run.signal(libc::SIGHUP);
+    assert_eq!(run.line(), "hup", "SIGHUP is passed on, not a reload");
+    run.signal(libc::SIGTERM);
+    assert_eq!(run.wait().code(), Some(3));
+
+    let mut run = Running::start(exec(&parent, &[], &["sh", "-c", "echo ready; exec sleep 1000"]));
+    assert_eq!(run.line(), "ready");
+    run.signal(libc::SIGINT);
+    let status = run.wait();
+    assert_eq!(status.code(), Some(128 + libc::SIGINT), "{status:?}");
+    assert_eq!(status.signal(), None, "exec itself exits, it is not killed");
+    assert_nothing_left(&parent);
+}
+
+#[test]
+fn it_waits_for_everything_cmd_started() {
+    require_kernel!();
+    let parent = TestCgroup::new("execorphan");
+    // CMD exits at once with 4, leaving a process behind in its cgroup.
+    let mut run = Running::start(exec(
+        &parent,
+        &[],
+        &["sh", "-c", "sleep 1000 </dev/null >/dev/null & echo $!; exit 4"],
+    ));
+    let orphan: i32 = run.line().parse().unwrap();
+    let exec_pid = run.child.id();
+    wait_until("CMD to be gone", || {
+        std::fs::read_to_string(format!("/proc/{exec_pid}/task/{exec_pid}/children"))
+            .is_ok_and(|c| c.trim().is_empty())
+    });
+    assert_eq!(run.child.try_wait().unwrap(), None, "exec waits for the orphan");
+    assert_eq!(transient(&parent).len(), 1);
+    // SAFETY: kill() on the process the test's CMD started.
+    unsafe { libc::kill(orphan, libc::SIGKILL) };
+    assert_eq!(run.wait().code(), Some(4), "CMD's status, once all are gone");
+    assert_nothing_left(&parent);
+}
+
+#[test]
+fn a_command_that_cannot_run_gets_one_line_the_shells_code_and_leaves_nothing() {
+    require_kernel!();
+    let parent = TestCgroup::new("execbad");
+    let plain = TempFile::new("not-executable", "#!/bin/sh\n");
+    let cases: [(&[&str], &[&str], i32, &str); 4] = [
+        (&[], &["no-such-program-anywhere"], 127, "command not found"),
+        (&[], &[&plain.0.to_string_lossy()], 126, "not executable"),
+        (&[], &["/"], 126, "is a directory"),
+        (&["--mode", "bogus"], &["true"], 125, "invalid value 'bogus'"),
+    ];
+    for (args, cmd, code, expected) in cases {
+        let out = exec(&parent, args, cmd).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{cmd:?}: {stderr}");
+        assert!(stderr.contains(expected), "{cmd:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        assert_nothing_left(&parent);
+    }
+    let out = exec(&parent, &[], &["no-such-program-anywhere"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr.lines().collect::<Vec<_>>(),
+        ["limiter-user: no-such-program-anywhere: command not found"]
+    );
+}
