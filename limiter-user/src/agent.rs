@@ -284,6 +284,8 @@ impl Agent {
                 rows: status::rows(tables)?,
                 globals: tables.globals()?,
                 signals: self.signals_consumed,
+                changes: self.control.changes(),
+                heartbeat_ns: tables.config()?.heartbeat_ns,
             });
         }
         Ok(())
@@ -306,10 +308,7 @@ fn consume(control: &mut ControlLoop, ev: SignalEvent) {
     control.on_signal(ev);
 }
 
-fn watch_rings(
-    rings: Rings,
-    feed: &Feed,
-) -> Result<(AsyncFd<DecisionLog>, AsyncFd<SignalReader>)> {
+fn watch_rings(rings: Rings, feed: &Feed) -> Result<(AsyncFd<DecisionLog>, AsyncFd<SignalReader>)> {
     Ok((
         watch(DecisionLog::new(rings.decisions, feed.clone()))?,
         watch(SignalReader::new(rings.signals))?,

@@ -153,7 +153,10 @@ pub fn instead(path: &Path, mount: Option<&Path>, fix: &str) -> String {
     };
     let suggestion = suggest(path, mount);
     if suggestion == path {
-        return format!("cgroup v2 is mounted at {} on this machine: {fix}, {EXEC}", mount.display());
+        return format!(
+            "cgroup v2 is mounted at {} on this machine: {fix}, {EXEC}",
+            mount.display()
+        );
     }
     format!(
         "cgroup v2 is mounted at {} on this machine: pass {} (create it with mkdir), {EXEC}",
@@ -202,7 +205,10 @@ mod tests {
             "{message}"
         );
         let message = instead(Path::new("/tmp"), Some(hybrid), "create it");
-        assert!(message.contains("pass /sys/fs/cgroup/unified/tmp"), "{message}");
+        assert!(
+            message.contains("pass /sys/fs/cgroup/unified/tmp"),
+            "{message}"
+        );
     }
 
     #[test]

@@ -7,10 +7,18 @@ use limiter_core::config::Algorithm;
 
 use crate::config::Mode;
 
+/// The release and the commit it was built from.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("LIMITER_COMMIT"),
+    ")"
+);
+
 #[derive(Debug, Parser)]
 #[command(
     name = "limiter-user",
-    version,
+    version = VERSION,
     about = "Adaptive outbound concurrency limits for a cgroup, enforced with eBPF"
 )]
 #[command(args_conflicts_with_subcommands = true)]
@@ -52,8 +60,10 @@ pub struct RunArgs {
 }
 
 #[derive(Debug, Args)]
-#[command(after_help = "Exit status: CMD's, 128 + N when a signal N killed it, 125 when the \
-    limiter could not start, 126 when CMD cannot be executed, 127 when it is not found.")]
+#[command(
+    after_help = "Exit status: CMD's, 128 + N when a signal N killed it, 125 when the \
+    limiter could not start, 126 when CMD cannot be executed, 127 when it is not found."
+)]
 pub struct ExecArgs {
     /// Create the transient cgroup below this cgroup v2 directory (default: the cgroup v2
     /// mount).

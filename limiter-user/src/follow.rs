@@ -42,7 +42,11 @@ pub fn follow(pins: &PinDir, json: bool) -> Result<()> {
 /// One human line: when, what, where, and who or why.
 fn render(event: &Event) -> String {
     let decision = |kind: &str, d: &Decision| {
-        let to = d.peer.as_ref().map(|p| format!(" -> {p}")).unwrap_or_default();
+        let to = d
+            .peer
+            .as_ref()
+            .map(|p| format!(" -> {p}"))
+            .unwrap_or_default();
         format!(
             "{} {kind} {}{to} limit {} in-flight {} by {}[{}]",
             clock(d.at_ms),

@@ -36,7 +36,12 @@ fn transient(parent: &TestCgroup) -> Vec<PathBuf> {
 
 /// The pins of a transient cgroup of `parent`.
 fn pins_below(parent: &TestCgroup) -> Vec<PathBuf> {
-    let prefix = parent.pin_dir().file_name().unwrap().to_string_lossy().into_owned();
+    let prefix = parent
+        .pin_dir()
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
     std::fs::read_dir("/sys/fs/bpf/limiter")
         .map(|entries| {
             entries
@@ -52,8 +57,16 @@ fn pins_below(parent: &TestCgroup) -> Vec<PathBuf> {
 }
 
 fn assert_nothing_left(parent: &TestCgroup) {
-    assert_eq!(transient(parent), Vec::<PathBuf>::new(), "the cgroup is removed");
-    assert_eq!(pins_below(parent), Vec::<PathBuf>::new(), "the pins are removed");
+    assert_eq!(
+        transient(parent),
+        Vec::<PathBuf>::new(),
+        "the cgroup is removed"
+    );
+    assert_eq!(
+        pins_below(parent),
+        Vec::<PathBuf>::new(),
+        "the pins are removed"
+    );
 }
 
 /// A started exec whose CMD talks over stdin/stdout.
@@ -75,7 +88,10 @@ impl Running {
 
     fn line(&mut self) -> String {
         let mut line = String::new();
-        assert!(self.stdout.read_line(&mut line).unwrap() > 0, "CMD ended early");
+        assert!(
+            self.stdout.read_line(&mut line).unwrap() > 0,
+            "CMD ended early"
+        );
         line.trim_end().to_string()
     }
 
@@ -124,7 +140,11 @@ fn the_first_connects_are_limited_and_the_status_is_cmds() {
     // The very first connects of the program already meet the limit.
     let lines = run.lines_until("ready");
     assert_eq!(tally(&lines), (1, 2, 0), "{lines:?}");
-    assert_eq!(transient(&parent).len(), 1, "CMD runs in a cgroup of its own");
+    assert_eq!(
+        transient(&parent).len(),
+        1,
+        "CMD runs in a cgroup of its own"
+    );
     assert_eq!(pins_below(&parent).len(), 1, "attached and pinned");
     let status = run.wait();
     assert_eq!(status.code(), Some(0));
@@ -154,7 +174,8 @@ fn an_unmodified_curl_runs_under_it_with_its_exit_status() {
 fn signals_reach_cmd_and_a_killed_cmd_gives_128_plus_the_signal() {
     require_kernel!();
     let parent = TestCgroup::new("execsig");
-    let script = "trap 'echo hup' HUP; trap 'exit 3' TERM; echo ready; while :; do read -t 1 x || :; done";
+    let script =
+        "trap 'echo hup' HUP; trap 'exit 3' TERM; echo ready; while :; do read -t 1 x || :; done";
     let mut run = Running::start(exec(&parent, &[], &["bash", "-c", script]));
     assert_eq!(run.line(), "ready");
     run.signal(libc::SIGHUP);
@@ -162,7 +183,11 @@ fn signals_reach_cmd_and_a_killed_cmd_gives_128_plus_the_signal() {
     run.signal(libc::SIGTERM);
     assert_eq!(run.wait().code(), Some(3));
 
-    let mut run = Running::start(exec(&parent, &[], &["sh", "-c", "echo ready; exec sleep 1000"]));
+    let mut run = Running::start(exec(
+        &parent,
+        &[],
+        &["sh", "-c", "echo ready; exec sleep 1000"],
+    ));
     assert_eq!(run.line(), "ready");
     run.signal(libc::SIGINT);
     let status = run.wait();
@@ -179,7 +204,11 @@ fn it_waits_for_everything_cmd_started() {
     let mut run = Running::start(exec(
         &parent,
         &[],
-        &["sh", "-c", "sleep 1000 </dev/null >/dev/null & echo $!; exit 4"],
+        &[
+            "sh",
+            "-c",
+            "sleep 1000 </dev/null >/dev/null & echo $!; exit 4",
+        ],
     ));
     let orphan: i32 = run.line().parse().unwrap();
     let exec_pid = run.child.id();
@@ -187,11 +216,19 @@ fn it_waits_for_everything_cmd_started() {
         std::fs::read_to_string(format!("/proc/{exec_pid}/task/{exec_pid}/children"))
             .is_ok_and(|c| c.trim().is_empty())
     });
-    assert_eq!(run.child.try_wait().unwrap(), None, "exec waits for the orphan");
+    assert_eq!(
+        run.child.try_wait().unwrap(),
+        None,
+        "exec waits for the orphan"
+    );
     assert_eq!(transient(&parent).len(), 1);
     // SAFETY: kill() on the process the test's CMD started.
     unsafe { libc::kill(orphan, libc::SIGKILL) };
-    assert_eq!(run.wait().code(), Some(4), "CMD's status, once all are gone");
+    assert_eq!(
+        run.wait().code(),
+        Some(4),
+        "CMD's status, once all are gone"
+    );
     assert_nothing_left(&parent);
 }
 
@@ -204,7 +241,12 @@ fn a_command_that_cannot_run_gets_one_line_the_shells_code_and_leaves_nothing() 
         (&[], &["no-such-program-anywhere"], 127, "command not found"),
         (&[], &[&plain.0.to_string_lossy()], 126, "not executable"),
         (&[], &["/"], 126, "is a directory"),
-        (&["--mode", "bogus"], &["true"], 125, "invalid value 'bogus'"),
+        (
+            &["--mode", "bogus"],
+            &["true"],
+            125,
+            "invalid value 'bogus'",
+        ),
     ];
     for (args, cmd, code, expected) in cases {
         let out = exec(&parent, args, cmd).output().unwrap();
@@ -214,7 +256,9 @@ fn a_command_that_cannot_run_gets_one_line_the_shells_code_and_leaves_nothing() 
         assert!(!stderr.contains("panicked"), "{stderr}");
         assert_nothing_left(&parent);
     }
-    let out = exec(&parent, &[], &["no-such-program-anywhere"]).output().unwrap();
+    let out = exec(&parent, &[], &["no-such-program-anywhere"])
+        .output()
+        .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(
         stderr.lines().collect::<Vec<_>>(),
