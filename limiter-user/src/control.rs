@@ -18,8 +18,10 @@ use crate::{
 struct Managed {
     controller: Box<dyn Controller + Send>,
     config: ControlConfig,
-    /// What the kernel has now, so that only changes are written.
+    /// What the kernel has now, so that only changes are written; None to write again.
     published: Option<DestPolicy>,
+    /// The limit the kernel enforces, whatever `published` says.
+    enforced: Option<u32>,
     /// Verdicts since the last limit change: part of why the limit moves.
     errors: u32,
     timeouts: u32,
@@ -70,6 +72,7 @@ impl ControlLoop {
                 controller: controller(&start, now_ns),
                 config,
                 published: None,
+                enforced: None,
                 errors: 0,
                 timeouts: 0,
                 reconfigured: false,
@@ -114,8 +117,8 @@ impl ControlLoop {
             }
             // Before its first publication the kernel enforces the initial policy.
             let old = m
-                .published
-                .map_or_else(|| self.plan.initial_policy(key).limit, |p| p.limit);
+                .enforced
+                .unwrap_or_else(|| self.plan.initial_policy(key).limit);
             if old != limit {
                 debug!(destination = %key.socket_addr(), old, limit, "limit changed");
                 if limit > old {
@@ -141,6 +144,7 @@ impl ControlLoop {
             }
             tables.policies.insert(key, policy, 0)?;
             m.published = Some(policy);
+            m.enforced = Some(limit);
         }
         Ok(())
     }
