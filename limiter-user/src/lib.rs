@@ -31,7 +31,7 @@ mod watch;
 use std::{path::PathBuf, process::ExitCode};
 
 use anyhow::{bail, Context, Result};
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 
 use crate::{
     cgroup::Cgroup,
@@ -41,6 +41,11 @@ use crate::{
     pins::PinDir,
     tables::Tables,
 };
+
+/// The command line's definition, for the generated completions and man pages.
+pub fn command() -> clap::Command {
+    Cli::command()
+}
 
 /// The whole command line program: parse, run, one line on error.
 pub fn main() -> ExitCode {
