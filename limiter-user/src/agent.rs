@@ -212,11 +212,6 @@ impl Agent {
                         return Ok(Some(status));
                     }
                 }
-                status = Supervised::exited(&mut child) => {
-                    if let Some(child) = &mut child {
-                        child.record(status?);
-                    }
-                }
                 _ = sync.tick() => {
                     if let Some(rings) = self.follow_cgroup()? {
                         (decisions, signals) = watch_rings(rings, &self.feed)?;
@@ -233,21 +228,14 @@ impl Agent {
                         error!("re-resolving destinations failed, keeping the previous addresses: {e:#}");
                     }
                 }
-                _ = os.hup.recv() => match &child {
-                    Some(child) => child.forward(nix::sys::signal::SIGHUP),
-                    None => match source.load().and_then(|config| self.apply(config)) {
-                        Ok(()) => info!("configuration reloaded"),
-                        Err(e) => error!("reload failed, keeping the previous configuration: {e:#}"),
-                    },
+                happened = Supervised::next(&mut child) => happened?,
+                // With a CMD, these are read with their origin and passed on instead.
+                _ = os.hup.recv(), if child.is_none() => match source.load().and_then(|config| self.apply(config)) {
+                    Ok(()) => info!("configuration reloaded"),
+                    Err(e) => error!("reload failed, keeping the previous configuration: {e:#}"),
                 },
-                _ = os.term.recv() => match &child {
-                    Some(child) => child.forward(nix::sys::signal::SIGTERM),
-                    None => break,
-                },
-                _ = os.int.recv() => match &child {
-                    Some(child) => child.forward(nix::sys::signal::SIGINT),
-                    None => break,
-                },
+                _ = os.term.recv(), if child.is_none() => break,
+                _ = os.int.recv(), if child.is_none() => break,
             }
         }
         if self.keep_attached {

@@ -10,9 +10,16 @@ use std::{
     process::{ExitCode, ExitStatus},
 };
 
-use anyhow::{Context, Result};
-use nix::{sys::signal, unistd::Pid};
-use tracing::{error, info};
+use anyhow::{bail, Context, Result};
+use nix::{
+    sys::{
+        signal::{self, SigSet},
+        signalfd::{SfdFlags, SignalFd},
+    },
+    unistd::Pid,
+};
+use tokio::io::unix::AsyncFd;
+use tracing::{debug, error, info};
 
 use crate::{agent, cgroup::Cgroup, cli::ExecArgs, logging, pins::PinDir, preflight};
 
@@ -44,19 +51,58 @@ impl LaunchError {
 pub struct Launch {
     path: PathBuf,
     argv: Vec<OsString>,
+    signals: Forwarded,
 }
 
+/// The signals passed on to CMD, read with their origin: one the terminal sent to its
+/// whole foreground process group (Ctrl-C) has reached CMD already and is not sent twice.
+struct Forwarded {
+    mask: SigSet,
+    fd: SignalFd,
+}
+
+impl Forwarded {
+    /// Blocks the signals for this thread and those it starts, to read them from a
+    /// descriptor instead; call before the runtime starts any thread.
+    fn take() -> Result<Self> {
+        let mut mask = SigSet::empty();
+        for sig in [signal::SIGINT, signal::SIGTERM, signal::SIGHUP] {
+            mask.add(sig);
+        }
+        mask.thread_block().context("cannot block signals")?;
+        let fd = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
+            .context("cannot read signals (signalfd)")?;
+        Ok(Forwarded { mask, fd })
+    }
+}
+
+/// si_code of a signal the kernel sent, as a terminal's does.
+const SI_KERNEL: i32 = 0x80;
+
 impl Launch {
-    /// Finds CMD as a shell would (on PATH unless it names a path).
-    pub fn resolve(argv: Vec<OsString>) -> Result<Self, LaunchError> {
+    /// Finds CMD as a shell would (on PATH unless it names a path), and takes over the
+    /// signals to pass on to it.
+    pub fn resolve(argv: Vec<OsString>) -> Result<Self> {
         let name = argv.first().cloned().unwrap_or_default();
         let path = find_program(&name, std::env::var_os("PATH").as_deref())?;
-        Ok(Launch { path, argv })
+        Ok(Launch {
+            path,
+            argv,
+            signals: Forwarded::take()?,
+        })
     }
 
     /// Starts CMD inside `cgroup`: the child joins the cgroup between fork and exec, so
     /// that its very first connect is already governed.
     pub fn spawn(self, cgroup: &Cgroup) -> Result<Supervised> {
+        // A Ctrl-C while attaching never reached a CMD: CMD is not started at all.
+        if let Some(info) = self.signals.fd.read_signal()? {
+            bail!(
+                "signal {} before {} started: not starting it",
+                info.ssi_signo,
+                self.path.display()
+            );
+        }
         let procs_path = cgroup.path().join("cgroup.procs");
         let mut procs = File::options()
             .write(true)
@@ -64,10 +110,15 @@ impl Launch {
             .with_context(|| format!("cannot open {}", procs_path.display()))?;
         let mut command = tokio::process::Command::new(&self.path);
         command.arg0(&self.argv[0]).args(&self.argv[1..]);
-        // SAFETY: between fork and exec the child only write()s to an open descriptor, an
-        // async-signal-safe call; the descriptor is close-on-exec, so CMD never sees it.
+        let mask = self.signals.mask;
+        // SAFETY: between fork and exec the child only calls write() on an open descriptor
+        // and pthread_sigmask(), both async-signal-safe; the descriptor is close-on-exec,
+        // so CMD never sees it, and CMD gets the signals unblocked as a shell leaves them.
         unsafe {
-            command.pre_exec(move || procs.write_all(b"0"));
+            command.pre_exec(move || {
+                procs.write_all(b"0")?;
+                mask.thread_unblock().map_err(std::io::Error::from)
+            });
         }
         let child = command.spawn().map_err(|e| {
             let code = match e.kind() {
@@ -82,6 +133,10 @@ impl Launch {
             program: self.path,
             status: None,
             cgroup: cgroup.clone(),
+            // SAFETY: the descriptor is the signalfd's, owned by the AsyncFd it is registered
+            // with: it cannot be closed while registered.
+            signals: unsafe { AsyncFd::register(self.signals.fd) }
+                .map_err(std::io::Error::from)?,
         })
     }
 }
@@ -130,24 +185,44 @@ pub struct Supervised {
     program: PathBuf,
     status: Option<ExitStatus>,
     cgroup: Cgroup,
+    signals: AsyncFd<SignalFd>,
 }
 
 impl Supervised {
-    /// Resolves when CMD exits (never again afterwards).
-    pub async fn exited(this: &mut Option<Supervised>) -> std::io::Result<ExitStatus> {
-        match this {
-            Some(s) if s.status.is_none() => s.child.wait().await,
-            _ => std::future::pending().await,
+    /// Handles what happens next: CMD's exit (recorded), or a signal to pass on. Never
+    /// resolves without a CMD.
+    pub async fn next(this: &mut Option<Supervised>) -> std::io::Result<()> {
+        let Some(s) = this else {
+            return std::future::pending().await;
+        };
+        tokio::select! {
+            status = s.child.wait(), if s.status.is_none() => s.record(status?),
+            ready = s.signals.readable_mut() => {
+                let mut ready = ready?;
+                match ready.get_inner_mut().read_signal()? {
+                    Some(info) => {
+                        let sig = signal::Signal::try_from(info.ssi_signo as i32)
+                            .map_err(std::io::Error::from)?;
+                        if info.ssi_code == SI_KERNEL {
+                            debug!("{sig} from the terminal: it reached CMD's process group already");
+                        } else {
+                            s.forward(sig);
+                        }
+                    }
+                    None => ready.clear_ready(),
+                }
+            }
         }
+        Ok(())
     }
 
-    pub fn record(&mut self, status: ExitStatus) {
+    fn record(&mut self, status: ExitStatus) {
         info!("{} exited ({status})", self.program.display());
         self.status = Some(status);
     }
 
     /// Passes a signal on to CMD, or, once CMD is gone, to whatever it left running.
-    pub fn forward(&self, sig: signal::Signal) {
+    fn forward(&self, sig: signal::Signal) {
         let targets = match self.child.id() {
             Some(pid) if self.status.is_none() => vec![pid as i32],
             _ => self.cgroup.pids().unwrap_or_default(),
@@ -203,6 +278,7 @@ pub fn main(args: ExecArgs) -> ExitCode {
 }
 
 fn exec(args: ExecArgs) -> Result<ExitStatus> {
+    // Before the runtime exists: its threads inherit the blocked signals.
     let launch = Launch::resolve(args.command.clone())?;
     // Everything that can be refused is refused before the cgroup exists.
     agent::ConfigSource::load(&args.agent)?;
