@@ -135,8 +135,7 @@ impl Launch {
             cgroup: cgroup.clone(),
             // SAFETY: the descriptor is the signalfd's, owned by the AsyncFd it is registered
             // with: it cannot be closed while registered.
-            signals: unsafe { AsyncFd::register(self.signals.fd) }
-                .map_err(std::io::Error::from)?,
+            signals: unsafe { AsyncFd::register(self.signals.fd) }.map_err(std::io::Error::from)?,
         })
     }
 }

@@ -265,3 +265,88 @@ fn a_command_that_cannot_run_gets_one_line_the_shells_code_and_leaves_nothing() 
         ["limiter-user: no-such-program-anywhere: command not found"]
     );
 }
+
+#[test]
+fn a_ctrl_c_at_the_terminal_reaches_cmd_once() {
+    require_kernel!();
+    let parent = TestCgroup::new("exectty");
+    let (mut master, slave) = pty();
+    let script = "trap 'echo int' INT; trap 'echo term; kill $!; exit 3' TERM; \
+                  sleep 1000 & echo ready; while :; do wait $!; done";
+    let log = TempFile::new("exec-tty.log", "");
+    let mut command = exec(&parent, &[], &["bash", "-c", script]);
+    command
+        .env("RUST_LOG", "info,limiter_user::exec=debug")
+        .stdin(slave.try_clone().unwrap())
+        .stdout(slave.try_clone().unwrap())
+        .stderr(std::fs::File::create(&log.0).unwrap());
+    // SAFETY: setsid and ioctl are async-signal-safe: exec becomes the leader of a session
+    // whose controlling terminal is the pty, in its foreground process group.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut command, || {
+            if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = command.spawn().unwrap();
+    drop(slave);
+    let mut output = String::new();
+    let read_until = |master: &mut std::fs::File, end: &str, output: &mut String| {
+        use std::io::Read;
+        let mut buf = [0u8; 256];
+        while !output.lines().any(|l| l.trim_end().ends_with(end)) {
+            let n = master.read(&mut buf).expect("the terminal closed");
+            output.push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    };
+    read_until(&mut master, "ready", &mut output);
+    // Ctrl-C: the terminal signals its whole foreground process group, CMD included.
+    std::io::Write::write_all(&mut master, b"\x03").unwrap();
+    read_until(&mut master, "int", &mut output);
+    // SAFETY: kill() on our own child's pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    read_until(&mut master, "term", &mut output);
+    let ints = output
+        .lines()
+        .filter(|l| l.trim_end().ends_with("int"))
+        .count();
+    assert_eq!(
+        ints, 1,
+        "one SIGINT, not one from the terminal and one from exec: {output:?}"
+    );
+    assert_eq!(child.wait().unwrap().code(), Some(3));
+    // Two SIGINTs close together merge into one: exec says it did not send its own.
+    let log = std::fs::read_to_string(&log.0).unwrap();
+    assert!(
+        log.contains("SIGINT from the terminal: it reached CMD's process group already"),
+        "{log}"
+    );
+    assert!(!log.contains("SIGTERM from the terminal"), "{log}");
+    assert_nothing_left(&parent);
+}
+
+/// A pseudo-terminal: (master, slave).
+fn pty() -> (std::fs::File, std::fs::File) {
+    use std::os::fd::FromRawFd;
+    let (mut master, mut slave) = (0, 0);
+    // SAFETY: openpty writes two new descriptors, which the Files then own.
+    let rc = unsafe {
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
+    // SAFETY: both descriptors were just opened and are owned by nothing else.
+    unsafe {
+        (
+            std::fs::File::from_raw_fd(master),
+            std::fs::File::from_raw_fd(slave),
+        )
+    }
+}
