@@ -131,7 +131,7 @@ fn both_text_formats_parse_and_follow_prometheus_conventions() {
             &addr.to_string(),
         ],
     );
-    let (_held, lines) = Probe::hold(&cg, up.addr, 3);
+    let (held, lines) = Probe::hold(&cg, up.addr, 3);
     assert_eq!(tally(&lines), (1, 2, 0));
     let dest = up.addr.to_string();
     let by_dest = [("destination", dest.as_str())];
@@ -183,6 +183,22 @@ fn both_text_formats_parse_and_follow_prometheus_conventions() {
                 "{direction}"
             );
         }
+        for (name, value) in [
+            ("limiter_limit", 1.0),
+            ("limiter_inflight", 1.0),
+            ("limiter_admitted", 1.0),
+        ] {
+            let series = samples(families, name, &by_dest);
+            assert_eq!(series.len(), 1, "{name}");
+            assert_eq!(series[0]["value"], value, "{name}");
+        }
+        for name in [
+            "limiter_ringbuf_drops",
+            "limiter_agent_signals",
+            "limiter_destinations",
+        ] {
+            assert_eq!(samples(families, name, &[]).len(), 1, "{name}");
+        }
         let age = samples(families, "limiter_heartbeat_age_seconds", &[]);
         let age = age[0]["value"].as_f64().unwrap();
         assert!(
@@ -200,4 +216,5 @@ fn both_text_formats_parse_and_follow_prometheus_conventions() {
     };
     assert_eq!(build(&text, "limiter_build_info"), "gauge");
     assert_eq!(build(&openmetrics, "limiter_build"), "info");
+    held.release();
 }
