@@ -5,7 +5,7 @@
 use std::{
     io::{BufRead, BufReader},
     os::unix::process::ExitStatusExt,
-    path::PathBuf,
+    path::{Path, PathBuf},
     process::{Child, Command, Stdio},
 };
 
@@ -348,5 +348,47 @@ fn pty() -> (std::fs::File, std::fs::File) {
             std::fs::File::from_raw_fd(master),
             std::fs::File::from_raw_fd(slave),
         )
+    }
+}
+
+#[test]
+fn every_wrong_cgroup_path_names_the_mount_and_what_to_pass() {
+    require_kernel!();
+    let mount = cgroup2_mount();
+    let mounted = format!(
+        "cgroup v2 is mounted at {} on this machine",
+        mount.display()
+    );
+    let beside = Path::new("/sys/fs/cgroup/limiter-no-such-cgroup");
+    let cases: [&[&str]; 6] = [
+        &["--cgroup", &beside.to_string_lossy()],
+        &["--cgroup", "/tmp"],
+        &["--cgroup", "/etc/hostname"],
+        &["status", "--cgroup", &beside.to_string_lossy()],
+        &["exec", "--parent", "/tmp", "--", "true"],
+        &["--algorithm", "fixed"],
+    ];
+    for args in cases {
+        let out = agent_command(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(stderr.contains(&mounted), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("limiter-user exec -- CMD"),
+            "{args:?}: {stderr}"
+        );
+    }
+    // What to pass instead: the same name below the real mount.
+    let out = agent_command(&["--cgroup", &beside.to_string_lossy()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if mount != Path::new("/sys/fs/cgroup") {
+        let instead = mount.join("limiter-no-such-cgroup");
+        assert!(
+            stderr.contains(&format!("pass {}", instead.display())),
+            "{stderr}"
+        );
+    } else {
+        assert!(stderr.contains("create it (mkdir)"), "{stderr}");
     }
 }
