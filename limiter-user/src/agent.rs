@@ -132,9 +132,9 @@ pub fn run(
             .sync(monotonic_ns(), &mut agent.enforcement.tables)?;
         let child = launch.map(|l| l.spawn(&agent.cgroup)).transpose()?;
         agent.serve(rings, signals, source, child).await
-    });
+    })?;
     info!("limiter detached");
-    status
+    Ok(status)
 }
 
 /// SIGTERM and SIGINT end the agent, SIGHUP reloads.

@@ -76,9 +76,6 @@ impl Forwarded {
     }
 }
 
-/// si_code of a signal the kernel sent, as a terminal's does.
-const SI_KERNEL: i32 = 0x80;
-
 impl Launch {
     /// Finds CMD as a shell would (on PATH unless it names a path), and takes over the
     /// signals to pass on to it.
@@ -202,7 +199,8 @@ impl Supervised {
                     Some(info) => {
                         let sig = signal::Signal::try_from(info.ssi_signo as i32)
                             .map_err(std::io::Error::from)?;
-                        if info.ssi_code == SI_KERNEL {
+                        // The kernel sends a terminal's signals (SI_KERNEL); kill() is SI_USER.
+                        if info.ssi_code == libc::SI_KERNEL {
                             debug!("{sig} from the terminal: it reached CMD's process group already");
                         } else {
                             s.forward(sig);

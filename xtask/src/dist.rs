@@ -23,8 +23,16 @@ pub fn run_dist(options: Options) -> Result<()> {
         bail!("cargo-deb is not installed: cargo install cargo-deb --locked");
     }
     generate(&target_dir().join("release").join("assets"))?;
+    // Built here, not by cargo-deb: the man page glob would make it build the whole workspace.
+    run(cargo(&[
+        "build",
+        "--release",
+        "--locked",
+        "--package",
+        "limiter-user",
+    ]))?;
     std::fs::create_dir_all(&options.out_dir)?;
-    let mut deb = cargo(&["deb", "--package", "limiter-user", "--strip", "--locked"]);
+    let mut deb = cargo(&["deb", "--package", "limiter-user", "--no-build", "--strip"]);
     deb.arg("--output").arg(&options.out_dir);
     run(deb)
 }

@@ -38,9 +38,13 @@ fn the_package_installs_the_agent_unit_conffile_completions_and_man_pages() {
     let deb = &debs[0];
 
     let field = |name: &str| {
-        dpkg_deb(&["--field"], deb)
-            .lines()
-            .find_map(|l| l.strip_prefix(&format!("{name}: ")).map(str::to_string))
+        let out = Command::new("dpkg-deb")
+            .arg("--field")
+            .arg(deb)
+            .arg(name)
+            .output()
+            .unwrap();
+        Some(String::from_utf8(out.stdout).unwrap().trim().to_string()).filter(|v| !v.is_empty())
     };
     assert_eq!(field("Package").as_deref(), Some("limiter"));
     let version = field("Version").unwrap_or_default();
