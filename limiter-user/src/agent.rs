@@ -188,7 +188,7 @@ impl Agent {
         resolve.tick().await;
         let (mut decisions, mut signals) = watch_rings(rings, &self.feed)?;
 
-        loop {
+        let status = loop {
             tokio::select! {
                 _ = heartbeat.tick() => self.enforcement.heartbeat()?,
                 ready = decisions.readable_mut() => {
@@ -209,7 +209,7 @@ impl Agent {
                     decisions.get_mut().drain();
                     decisions.get_mut().summarise(Instant::now());
                     if let Some(status) = child.as_ref().map(Supervised::finished).transpose()?.flatten() {
-                        return Ok(Some(status));
+                        break Some(status);
                     }
                 }
                 _ = sync.tick() => {
@@ -234,16 +234,17 @@ impl Agent {
                     Ok(()) => info!("configuration reloaded"),
                     Err(e) => error!("reload failed, keeping the previous configuration: {e:#}"),
                 },
-                _ = os.term.recv(), if child.is_none() => break,
-                _ = os.int.recv(), if child.is_none() => break,
+                _ = os.term.recv(), if child.is_none() => break None,
+                _ = os.int.recv(), if child.is_none() => break None,
             }
-        }
+        };
+        decisions.get_mut().flush();
         if self.keep_attached {
             self.enforcement.keep_attached();
             info!(pins = %self.enforcement.pins().path().display(), "leaving the programs attached for the next agent");
         }
         // Dropping the enforcement detaches the programs and removes the pins, unless kept.
-        Ok(None)
+        Ok(status)
     }
 
     /// Re-attaches when the cgroup directory was replaced (a restarted systemd service);

@@ -76,6 +76,16 @@ impl DecisionLog {
             return;
         }
         self.last_summary = now;
+        self.write_summary();
+    }
+
+    /// The last summary, when the agent stops: what happened since the previous one.
+    pub fn flush(&mut self) {
+        self.drain();
+        self.write_summary();
+    }
+
+    fn write_summary(&mut self) {
         for ((dest, kind), tally) in std::mem::take(&mut self.tallies) {
             let to_peer = peer(&tally.last)
                 .map(|p| format!(", last to peer {p}"))

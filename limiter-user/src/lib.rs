@@ -78,7 +78,7 @@ pub fn main() -> ExitCode {
 }
 
 fn run(args: RunArgs) -> Result<()> {
-    logging::init(args.agent.log_format);
+    logging::init(args.agent.log_format, "info");
     let Some(path) = &args.cgroup else {
         bail!(
             "--cgroup PATH is required: the cgroup v2 directory of the processes to protect ({}); or run a program under the limiter with `limiter-user exec -- CMD`",

@@ -80,6 +80,7 @@ impl Running {
         let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
             .spawn()
             .expect("cannot start exec");
         let stdout = BufReader::new(child.stdout.take().unwrap());
@@ -106,9 +107,22 @@ impl Running {
         unsafe { libc::kill(self.child.id() as i32, sig) };
     }
 
-    fn wait(mut self) -> std::process::ExitStatus {
+    fn wait(self) -> std::process::ExitStatus {
+        self.wait_with_log().0
+    }
+
+    /// The exit status and what exec logged.
+    fn wait_with_log(mut self) -> (std::process::ExitStatus, String) {
+        use std::io::Read;
         drop(self.child.stdin.take());
-        self.child.wait().unwrap()
+        let mut log = String::new();
+        self.child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut log)
+            .unwrap();
+        (self.child.wait().unwrap(), log)
     }
 }
 
@@ -146,8 +160,14 @@ fn the_first_connects_are_limited_and_the_status_is_cmds() {
         "CMD runs in a cgroup of its own"
     );
     assert_eq!(pins_below(&parent).len(), 1, "attached and pinned");
-    let status = run.wait();
+    let (status, log) = run.wait_with_log();
     assert_eq!(status.code(), Some(0));
+    // The refusals are summarised when exec ends, however short CMD's life.
+    let summary = format!(
+        "shed 2 connect(s) to {} at limit 1 (last by limiter-probe[",
+        up.addr
+    );
+    assert!(log.contains(&summary), "{log}");
     assert_nothing_left(&parent);
 }
 
