@@ -82,17 +82,22 @@ pub struct AgentArgs {
     /// TOML configuration file; flags override it.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Every destination's mode unless the configuration sets its own (default prod).
     #[arg(long, value_enum)]
     pub mode: Option<Mode>,
+    /// vegas (default), gradient2, aimd, gateway or fixed.
     #[arg(long, value_parser = parse_algorithm)]
     pub algorithm: Option<Algorithm>,
     /// The limit of the `fixed` algorithm.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub limit: Option<u32>,
+    /// A destination's limit before its controller has learned it (default 20).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub initial_limit: Option<u32>,
+    /// The lowest an adaptive limit goes (default 4).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub min_limit: Option<u32>,
+    /// The highest an adaptive limit goes (default 200).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_limit: Option<u32>,
     /// Seconds without a heartbeat from this agent after which the kernel admits everything.
@@ -116,8 +121,10 @@ pub struct AgentArgs {
 
 #[derive(Debug, Args)]
 pub struct EventsArgs {
+    /// The cgroup the agent protects (default: the only one limited).
     #[arg(long, value_name = "PATH", conflicts_with = "pin_dir")]
     pub cgroup: Option<PathBuf>,
+    /// The agent's pin directory, when it was started with --pin-dir.
     #[arg(long, value_name = "DIR")]
     pub pin_dir: Option<PathBuf>,
     /// One JSON object per line instead of text.
