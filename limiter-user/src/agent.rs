@@ -4,6 +4,7 @@
 use std::{
     net::SocketAddr,
     os::fd::AsRawFd,
+    process::ExitStatus,
     time::{Duration, Instant},
 };
 
@@ -23,7 +24,9 @@ use crate::{
     control::ControlLoop,
     enforcement::{Enforcement, Rings, Settings},
     events::DecisionLog,
+    exec::{Launch, Supervised},
     failures::Failures,
+    feed::{self, Feed},
     lock::AgentLock,
     metrics::{self, Metrics, Snapshot},
     pins::{self, PinDir},
@@ -64,7 +67,15 @@ fn settings(config: &Config, plan: &Plan) -> Settings {
     }
 }
 
-pub fn run(cgroup: Cgroup, options: Options, source: &dyn ConfigSource) -> Result<()> {
+/// Attaches to `cgroup` and enforces until SIGTERM/SIGINT; with `launch`, starts that
+/// program inside the cgroup once attached, passes those signals on to it, and stops when
+/// it and everything it started are gone, returning its exit status.
+pub fn run(
+    cgroup: Cgroup,
+    options: Options,
+    source: &dyn ConfigSource,
+    launch: Option<Launch>,
+) -> Result<Option<ExitStatus>> {
     let config = source.load()?;
     preflight::check_privileges()?;
     let kernel = preflight::check_kernel()?;
@@ -78,7 +89,7 @@ pub fn run(cgroup: Cgroup, options: Options, source: &dyn ConfigSource) -> Resul
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(async {
+    let status = runtime.block_on(async {
         // Handlers first: a SIGTERM that arrives while attaching must still detach.
         let signals = OsSignals::install()?;
         let metrics = match options.metrics {
@@ -98,6 +109,8 @@ pub fn run(cgroup: Cgroup, options: Options, source: &dyn ConfigSource) -> Resul
         } else {
             Enforcement::attach(&cgroup, pins, &settings, &kernel)?
         };
+        let feed = Feed::default();
+        let _feed_socket = feed::serve(feed::socket_path(enforcement.pins()), feed.clone())?;
         info!(
             took_over,
             cgroup = %cgroup.path().display(),
@@ -111,7 +124,8 @@ pub fn run(cgroup: Cgroup, options: Options, source: &dyn ConfigSource) -> Resul
             cgroup,
             kernel,
             enforcement,
-            control: ControlLoop::new(plan, forget_idle(&config)),
+            control: ControlLoop::new(plan, forget_idle(&config), feed.clone()),
+            feed,
             config,
             metrics,
             signals_consumed: 0,
@@ -122,10 +136,11 @@ pub fn run(cgroup: Cgroup, options: Options, source: &dyn ConfigSource) -> Resul
         agent
             .control
             .adopt(monotonic_ns(), &mut agent.enforcement.tables);
-        agent.serve(rings, signals, source).await
+        let child = launch.map(|l| l.spawn(&agent.cgroup)).transpose()?;
+        agent.serve(rings, signals, source, child).await
     })?;
     info!("limiter detached");
-    Ok(())
+    Ok(status)
 }
 
 fn forget_idle(config: &Config) -> Duration {
@@ -181,6 +196,7 @@ struct Agent {
     control: ControlLoop,
     config: Config,
     metrics: Option<Metrics>,
+    feed: Feed,
     signals_consumed: u64,
     keep_attached: bool,
     /// The agent's own map operations (heartbeat, re-attach, metrics) that failed.
@@ -193,21 +209,22 @@ impl Agent {
         rings: Rings,
         mut os: OsSignals,
         source: &dyn ConfigSource,
-    ) -> Result<()> {
+        mut child: Option<Supervised>,
+    ) -> Result<Option<ExitStatus>> {
         let mut heartbeat = heartbeat_interval(&self.config);
         let mut update = interval(UPDATE_EVERY);
         update.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut sync = interval(SYNC_EVERY);
         let mut resolve = interval(Duration::from_secs(self.config.resolve_interval_secs));
         resolve.tick().await;
-        let (mut decisions, mut signals) = watch_rings(rings)?;
+        let (mut decisions, mut signals) = watch_rings(rings, &self.feed)?;
         let (resolved_tx, mut resolved_rx) = mpsc::channel::<Resolution>(1);
         // At most one resolution at a time: a resolver that hangs does not pile them up. A
         // reload asked for meanwhile waits for it.
         let mut resolving = false;
         let mut waiting_reload: Option<Config> = None;
 
-        loop {
+        let status = loop {
             tokio::select! {
                 _ = heartbeat.tick() => {
                     let beat = self.enforcement.heartbeat();
@@ -230,10 +247,13 @@ impl Agent {
                     self.control.update(monotonic_ns(), &mut self.enforcement.tables);
                     decisions.get_mut().drain();
                     decisions.get_mut().summarise(Instant::now());
+                    if let Some(status) = child.as_ref().map(Supervised::finished).transpose()?.flatten() {
+                        break Some(status);
+                    }
                 }
                 _ = sync.tick() => {
                     if let Some(rings) = self.follow_cgroup() {
-                        (decisions, signals) = watch_rings(rings)?;
+                        (decisions, signals) = watch_rings(rings, &self.feed)?;
                     }
                     self.control.sync(monotonic_ns(), &mut self.enforcement.tables);
                     let published = self.publish_metrics();
@@ -245,7 +265,9 @@ impl Agent {
                         spawn_resolution(Why::Reresolve, self.config.clone(), resolved_tx.clone());
                     }
                 }
-                _ = os.hup.recv() => match source.load() {
+                happened = Supervised::next(&mut child) => happened?,
+                // With a CMD, these are read with their origin and passed on instead.
+                _ = os.hup.recv(), if child.is_none() => match source.load() {
                     Ok(config) if !resolving => {
                         resolving = true;
                         spawn_resolution(Why::Reload, config, resolved_tx.clone());
@@ -275,16 +297,17 @@ impl Agent {
                         Err(e) => error!("re-resolving destinations failed, keeping the previous addresses: {e:#}"),
                     }
                 }
-                _ = os.term.recv() => break,
-                _ = os.int.recv() => break,
+                _ = os.term.recv(), if child.is_none() => break None,
+                _ = os.int.recv(), if child.is_none() => break None,
             }
-        }
+        };
+        decisions.get_mut().flush();
         if self.keep_attached {
             self.enforcement.keep_attached();
             info!(pins = %self.enforcement.pins().path().display(), "leaving the programs attached for the next agent");
         }
         // Dropping the enforcement detaches the programs and removes the pins, unless kept.
-        Ok(())
+        Ok(status)
     }
 
     /// Re-attaches when the cgroup directory was replaced (a restarted systemd service);
@@ -318,6 +341,8 @@ impl Agent {
                 signals: self.signals_consumed,
                 map_failures: self.failures.total() + self.control.map_failures(),
                 forgotten: self.control.forgotten(),
+                changes: self.control.changes(),
+                heartbeat_ns: tables.config()?.heartbeat_ns,
             });
         }
         Ok(())
@@ -354,9 +379,9 @@ fn consume(control: &mut ControlLoop, ev: SignalEvent) {
     control.on_signal(ev);
 }
 
-fn watch_rings(rings: Rings) -> Result<(AsyncFd<DecisionLog>, AsyncFd<SignalReader>)> {
+fn watch_rings(rings: Rings, feed: &Feed) -> Result<(AsyncFd<DecisionLog>, AsyncFd<SignalReader>)> {
     Ok((
-        watch(DecisionLog::new(rings.decisions))?,
+        watch(DecisionLog::new(rings.decisions, feed.clone()))?,
         watch(SignalReader::new(rings.signals))?,
     ))
 }

@@ -16,38 +16,68 @@ pub struct Cgroup {
 }
 
 impl Cgroup {
+    /// A cgroup v2 directory to protect: any but the root, which holds every process on
+    /// the machine.
     pub fn new(path: &Path) -> Result<Self> {
-        let path = path.canonicalize().with_context(|| {
-            format!(
-                "cgroup {} does not exist: create it (mkdir) or pass the cgroup v2 directory of your service",
-                path.display()
-            )
-        })?;
-        if !path.is_dir() {
+        let cgroup = Cgroup::locate(path)?;
+        if cgroup.path == cgroup.mount {
             bail!(
-                "{} is not a directory: pass a cgroup v2 directory",
+                "{} is the cgroup v2 root: it holds every process on the machine, this agent and sshd included; pass the cgroup of the processes to protect, a directory below it",
                 path.display()
             );
         }
-        let fs = statfs(&path).with_context(|| format!("cannot statfs {}", path.display()))?;
-        if fs.filesystem_type() != CGROUP2_SUPER_MAGIC {
-            let hint = mount_point()
-                .map(|m| format!(" (cgroup v2 is mounted at {})", m.display()))
-                .unwrap_or_else(|| " (no cgroup v2 file system is mounted)".into());
-            bail!("{} is not a cgroup v2 directory{hint}", path.display());
-        }
-        let mount = mount_point()
-            .filter(|m| path.starts_with(m))
-            .with_context(|| {
-                format!("cannot find the cgroup v2 mount holding {}", path.display())
-            })?;
-        if path == mount {
+        Ok(cgroup)
+    }
+
+    /// Any cgroup v2 directory, the root included.
+    fn locate(path: &Path) -> Result<Self> {
+        let mount = mount_point();
+        let Ok(canonical) = path.canonicalize() else {
             bail!(
-                "{} is the cgroup v2 root: it holds every process on the machine, this agent and sshd included; pass the cgroup of the processes to protect",
-                path.display()
+                "cgroup {} does not exist; {}",
+                path.display(),
+                instead(path, mount.as_deref(), "create it (mkdir)")
+            );
+        };
+        if !canonical.is_dir() {
+            bail!(
+                "{} is not a directory; {}",
+                path.display(),
+                instead(path, mount.as_deref(), "pass a directory below it")
             );
         }
-        Ok(Cgroup { path, mount })
+        let fs = statfs(&canonical).with_context(|| format!("cannot statfs {}", path.display()))?;
+        let holding = mount
+            .as_ref()
+            .filter(|m| fs.filesystem_type() == CGROUP2_SUPER_MAGIC && canonical.starts_with(m));
+        let Some(holding) = holding.cloned() else {
+            bail!(
+                "{} is not a cgroup v2 directory; {}",
+                path.display(),
+                instead(path, mount.as_deref(), "pass a directory below it")
+            );
+        };
+        Ok(Cgroup {
+            path: canonical,
+            mount: holding,
+        })
+    }
+
+    /// Creates `name` below `parent` (a cgroup v2 directory).
+    pub fn create_below(parent: &Path, name: &str) -> Result<Self> {
+        let parent = Cgroup::locate(parent)?;
+        let path = parent.path.join(name);
+        std::fs::create_dir(&path)
+            .with_context(|| format!("cannot create cgroup {}", path.display()))?;
+        Cgroup::new(&path)
+    }
+
+    /// True while a process is in the cgroup or below it.
+    pub fn populated(&self) -> Result<bool> {
+        let events = self.path.join("cgroup.events");
+        let text = std::fs::read_to_string(&events)
+            .with_context(|| format!("cannot read {}", events.display()))?;
+        Ok(text.lines().any(|l| l == "populated 1"))
     }
 
     pub fn path(&self) -> &Path {
@@ -126,6 +156,45 @@ pub fn mount_point() -> Option<PathBuf> {
     })
 }
 
+/// The second half of every message about a wrong cgroup path: where cgroup v2 is on this
+/// machine, and what to pass instead of `path`.
+pub fn instead(path: &Path, mount: Option<&Path>, fix: &str) -> String {
+    const EXEC: &str = "or start the program under the limiter with `limiter-user exec -- CMD`";
+    let Some(mount) = mount else {
+        return format!(
+            "no cgroup v2 file system is mounted on this machine: mount one (`mount -t cgroup2 none /sys/fs/cgroup`), {EXEC}"
+        );
+    };
+    let suggestion = suggest(path, mount);
+    if suggestion == path {
+        return format!(
+            "cgroup v2 is mounted at {} on this machine: {fix}, {EXEC}",
+            mount.display()
+        );
+    }
+    format!(
+        "cgroup v2 is mounted at {} on this machine: pass {} (create it with mkdir), {EXEC}",
+        mount.display(),
+        suggestion.display()
+    )
+}
+
+/// The cgroup v2 directory a user most likely meant: the same path below the real mount
+/// (`/sys/fs/cgroup/app` on a hybrid layout is `/sys/fs/cgroup/unified/app`).
+fn suggest(path: &Path, mount: &Path) -> PathBuf {
+    if path.starts_with(mount) {
+        return path.to_path_buf();
+    }
+    let rel = path
+        .strip_prefix("/sys/fs/cgroup")
+        .ok()
+        .filter(|rel| !rel.as_os_str().is_empty())
+        .map(Path::to_path_buf)
+        .or_else(|| path.file_name().map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("app"));
+    mount.join(rel)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -138,6 +207,43 @@ mod tests {
             "system.slice-my\\x2dsvc.service"
         );
         assert_eq!(escape_path("/"), "-");
+    }
+
+    #[test]
+    fn a_path_beside_the_mount_gets_the_path_below_it() {
+        let hybrid = Path::new("/sys/fs/cgroup/unified");
+        let message = instead(Path::new("/sys/fs/cgroup/app"), Some(hybrid), "create it");
+        assert!(
+            message.contains("mounted at /sys/fs/cgroup/unified")
+                && message.contains("pass /sys/fs/cgroup/unified/app"),
+            "{message}"
+        );
+        let message = instead(Path::new("/tmp"), Some(hybrid), "create it");
+        assert!(
+            message.contains("pass /sys/fs/cgroup/unified/tmp"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn a_missing_path_below_the_mount_is_to_be_created() {
+        let unified = Path::new("/sys/fs/cgroup");
+        let message = instead(
+            Path::new("/sys/fs/cgroup/app"),
+            Some(unified),
+            "create it (mkdir)",
+        );
+        assert!(
+            message.contains("mounted at /sys/fs/cgroup on this machine: create it (mkdir)"),
+            "{message}"
+        );
+        assert!(message.contains("limiter-user exec -- CMD"), "{message}");
+    }
+
+    #[test]
+    fn no_mount_says_how_to_mount_one() {
+        let message = instead(Path::new("/sys/fs/cgroup/app"), None, "create it");
+        assert!(message.contains("mount -t cgroup2"), "{message}");
     }
 
     #[test]

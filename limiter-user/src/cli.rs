@@ -1,16 +1,24 @@
 //! The command line. `run` is the default subcommand.
 
-use std::path::PathBuf;
+use std::{ffi::OsString, path::PathBuf};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use limiter_core::config::Algorithm;
 
 use crate::config::Mode;
 
+/// The release and the commit it was built from.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("LIMITER_COMMIT"),
+    ")"
+);
+
 #[derive(Debug, Parser)]
 #[command(
     name = "limiter-user",
-    version,
+    version = VERSION,
     about = "Adaptive outbound concurrency limits for a cgroup, enforced with eBPF"
 )]
 #[command(args_conflicts_with_subcommands = true)]
@@ -25,6 +33,11 @@ pub struct Cli {
 pub enum Command {
     /// Attach to a cgroup and enforce limits until SIGTERM/SIGINT (the default).
     Run(RunArgs),
+    /// Run a program in a cgroup of its own, limited from its first connect; exit with
+    /// its status and remove the cgroup once it and everything it started are gone.
+    Exec(ExecArgs),
+    /// Follow a running agent's decisions (shed, would_shed, redirected) and limit changes.
+    Events(EventsArgs),
     /// Show every destination's limit, in-flight count and counters from the pinned maps.
     Status(StatusArgs),
     /// Remove a left-over attachment and its pins.
@@ -38,20 +51,53 @@ pub struct RunArgs {
     /// The cgroup v2 directory whose processes are protected.
     #[arg(long, value_name = "PATH")]
     pub cgroup: Option<PathBuf>,
+    /// On SIGTERM/SIGINT, leave the programs attached and pinned so that enforcement
+    /// continues while the agent restarts; the next agent takes them over.
+    #[arg(long)]
+    pub keep_attached: bool,
+    #[command(flatten)]
+    pub agent: AgentArgs,
+}
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Exit status: CMD's, 128 + N when a signal N killed it, 125 when the \
+    limiter could not start, 126 when CMD cannot be executed, 127 when it is not found."
+)]
+pub struct ExecArgs {
+    /// Create the transient cgroup below this cgroup v2 directory (default: the cgroup v2
+    /// mount).
+    #[arg(long, value_name = "DIR")]
+    pub parent: Option<PathBuf>,
+    #[command(flatten)]
+    pub agent: AgentArgs,
+    /// The program to run and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
+
+/// How the agent limits, shared by `run` and `exec`.
+#[derive(Debug, Args, Default)]
+pub struct AgentArgs {
     /// TOML configuration file; flags override it.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Every destination's mode unless the configuration sets its own (default prod).
     #[arg(long, value_enum)]
     pub mode: Option<Mode>,
+    /// vegas (default), gradient2, aimd, gateway or fixed.
     #[arg(long, value_parser = parse_algorithm)]
     pub algorithm: Option<Algorithm>,
     /// The limit of the `fixed` algorithm.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub limit: Option<u32>,
+    /// A destination's limit before its controller has learned it (default 20).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub initial_limit: Option<u32>,
+    /// The lowest an adaptive limit goes (default 4).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub min_limit: Option<u32>,
+    /// The highest an adaptive limit goes (default 200).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_limit: Option<u32>,
     /// Seconds without a heartbeat from this agent after which the kernel admits everything.
@@ -67,15 +113,24 @@ pub struct RunArgs {
     /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9464); off by default.
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<std::net::SocketAddr>,
-    /// On SIGTERM/SIGINT, leave the programs attached and pinned so that enforcement
-    /// continues while the agent restarts; the next agent takes them over.
-    #[arg(long)]
-    pub keep_attached: bool,
     /// Pin directory (default: /sys/fs/bpf/limiter/<escaped cgroup path>).
     #[arg(long, value_name = "DIR")]
     pub pin_dir: Option<PathBuf>,
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+}
+
+#[derive(Debug, Args)]
+pub struct EventsArgs {
+    /// The cgroup the agent protects (default: the only one limited).
+    #[arg(long, value_name = "PATH", conflicts_with = "pin_dir")]
+    pub cgroup: Option<PathBuf>,
+    /// The agent's pin directory, when it was started with --pin-dir.
+    #[arg(long, value_name = "DIR")]
+    pub pin_dir: Option<PathBuf>,
+    /// One JSON object per line instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -85,8 +140,12 @@ pub struct StatusArgs {
     #[arg(long, value_name = "DIR")]
     pub pin_dir: Option<PathBuf>,
     /// A JSON object: `agent`, `globals` and `destinations` (one object per row).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "watch")]
     pub json: bool,
+    /// Redraw the table every SECS seconds (default 2), busiest destinations first.
+    #[arg(long, value_name = "SECS", num_args = 0..=1, default_missing_value = "2",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub watch: Option<u64>,
 }
 
 #[derive(Debug, Args)]

@@ -10,6 +10,7 @@ use tracing::debug;
 
 use crate::{
     failures::Failures,
+    feed::{self, Event, Feed, LimitChange},
     plan::Plan,
     signals::{Signal, SignalEvent},
     tables::Tables,
@@ -18,8 +19,22 @@ use crate::{
 struct Managed {
     controller: Box<dyn Controller + Send>,
     config: ControlConfig,
-    /// What the kernel has now, so that only changes are written.
+    /// What the kernel has now, so that only changes are written; None to write again.
     published: Option<DestPolicy>,
+    /// The limit the kernel enforces, whatever `published` says.
+    enforced: Option<u32>,
+    /// Verdicts since the last limit change: part of why the limit moves.
+    errors: u32,
+    timeouts: u32,
+    /// Rebuilt by a new configuration since the last limit change.
+    reconfigured: bool,
+}
+
+/// Limit changes since the agent started, by direction.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Changes {
+    pub up: u64,
+    pub down: u64,
 }
 
 /// The kernel's table is walked for idle destinations this many times per `forget_idle`
@@ -41,10 +56,12 @@ pub struct ControlLoop {
     walked_ns: Option<u64>,
     forgotten: u64,
     failures: Failures,
+    feed: Feed,
+    changes: Changes,
 }
 
 impl ControlLoop {
-    pub fn new(plan: Plan, forget_idle: Duration) -> Self {
+    pub fn new(plan: Plan, forget_idle: Duration, feed: Feed) -> Self {
         ControlLoop {
             plan,
             managed: HashMap::default(),
@@ -53,7 +70,13 @@ impl ControlLoop {
             walked_ns: None,
             forgotten: 0,
             failures: Failures::default(),
+            feed,
+            changes: Changes::default(),
         }
+    }
+
+    pub fn changes(&self) -> Changes {
+        self.changes
     }
 
     /// The destination's controller, created on first sight and awake from then on; none
@@ -82,6 +105,10 @@ impl ControlLoop {
                 controller: controller(&start, now_ns),
                 config,
                 published: None,
+                enforced: None,
+                errors: 0,
+                timeouts: 0,
+                reconfigured: false,
             }
         }))
     }
@@ -103,6 +130,11 @@ impl ControlLoop {
             Signal::Handshake { .. } => return,
         };
         if let Some(m) = self.managed(ev.dest, ev.ts_ns, None) {
+            match outcome {
+                Outcome::Timeout => m.timeouts = m.timeouts.saturating_add(1),
+                Outcome::Error => m.errors = m.errors.saturating_add(1),
+                Outcome::Shed => {}
+            }
             m.controller.on_outcome(ev.ts_ns, outcome);
         }
     }
@@ -128,14 +160,39 @@ impl ControlLoop {
                 policy.limit = limit;
                 policy.baseline_ns = baseline_ns;
                 policy.p90_ns = p90_ns;
-                if m.published.is_none_or(|p| p.limit != limit) {
-                    debug!(destination = %key.socket_addr(), limit, "limit changed");
-                }
                 let written = tables.policies.insert(key, policy, 0);
                 if self.failures.check("writing a limit", written).is_none() {
                     continue; // stays awake: written on the next tick
                 }
                 m.published = Some(policy);
+                // Before its first publication the kernel enforces the initial policy.
+                let old = m
+                    .enforced
+                    .unwrap_or_else(|| self.plan.initial_policy(key).limit);
+                if old != limit {
+                    debug!(destination = %key.socket_addr(), old, limit, "limit changed");
+                    if limit > old {
+                        self.changes.up += 1;
+                    } else {
+                        self.changes.down += 1;
+                    }
+                    let ms = |ns: u64| (ns > 0).then(|| ns as f64 / 1e6);
+                    self.feed.publish(|| {
+                        Some(Event::Limit(LimitChange {
+                            at_ms: feed::now_ms(),
+                            destination: key.socket_addr().to_string(),
+                            old,
+                            new: limit,
+                            p90_ms: ms(policy.p90_ns),
+                            baseline_ms: ms(policy.baseline_ns),
+                            errors: m.errors,
+                            timeouts: m.timeouts,
+                            reconfigured: m.reconfigured,
+                        }))
+                    });
+                    (m.errors, m.timeouts, m.reconfigured) = (0, 0, false);
+                }
+                m.enforced = Some(limit);
             }
             if m.controller.is_quiet() {
                 quiet.push(*key);
@@ -214,6 +271,7 @@ impl ControlLoop {
             if config != m.config {
                 m.controller = controller(&config, now_ns);
                 m.config = config;
+                m.reconfigured = true;
             }
             // Mode or grouping may have changed: publish again on the next update.
             m.published = None;

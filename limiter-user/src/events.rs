@@ -1,4 +1,5 @@
-//! Decision events from the kernel: every one at debug level, summaries at info level.
+//! Decision events from the kernel: every one at debug level and on the event stream,
+//! summaries at info level.
 
 use std::{
     collections::BTreeMap,
@@ -11,6 +12,8 @@ use limiter_common::{
     DestKey, LimiterEvent, EVENT_REDIRECTED, EVENT_SHED, EVENT_WOULD_REDIRECT, EVENT_WOULD_SHED,
 };
 use tracing::{debug, info};
+
+use crate::feed::{Event, Feed};
 
 /// How often the info-level summary may be written.
 const SUMMARY_EVERY: Duration = Duration::from_secs(10);
@@ -26,14 +29,16 @@ pub struct DecisionLog {
     ring: RingBuf<MapData>,
     tallies: BTreeMap<(DestKey, u32), Tally>,
     last_summary: Instant,
+    feed: Feed,
 }
 
 impl DecisionLog {
-    pub fn new(ring: RingBuf<MapData>) -> Self {
+    pub fn new(ring: RingBuf<MapData>, feed: Feed) -> Self {
         DecisionLog {
             ring,
             tallies: BTreeMap::new(),
             last_summary: Instant::now(),
+            feed,
         }
     }
 
@@ -45,6 +50,7 @@ impl DecisionLog {
             }
             // SAFETY: the kernel wrote a whole LimiterEvent; the ring gives no alignment.
             let ev: LimiterEvent = unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) };
+            self.feed.publish(|| Event::decision(&ev));
             Self::record(&mut self.tallies, ev);
         }
     }
@@ -70,6 +76,16 @@ impl DecisionLog {
             return;
         }
         self.last_summary = now;
+        self.write_summary();
+    }
+
+    /// The last summary, when the agent stops: what happened since the previous one.
+    pub fn flush(&mut self) {
+        self.drain();
+        self.write_summary();
+    }
+
+    fn write_summary(&mut self) {
         for ((dest, kind), tally) in std::mem::take(&mut self.tallies) {
             let to_peer = peer(&tally.last)
                 .map(|p| format!(", last to peer {p}"))

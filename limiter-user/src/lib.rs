@@ -14,7 +14,10 @@ mod control;
 mod dist_tests;
 mod enforcement;
 mod events;
+mod exec;
 mod failures;
+mod feed;
+mod follow;
 mod lock;
 mod logging;
 mod metrics;
@@ -26,27 +29,44 @@ mod seed;
 mod signals;
 mod status;
 mod tables;
+mod watch;
 
 use std::{path::PathBuf, process::ExitCode};
 
 use anyhow::{bail, Context, Result};
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 
 use crate::{
     cgroup::Cgroup,
-    cli::{Cli, Command, DetachArgs, RunArgs, StatusArgs},
+    cli::{AgentArgs, Cli, Command, DetachArgs, RunArgs, StatusArgs},
     config::Config,
     lock::AgentLock,
     pins::PinDir,
     tables::Tables,
 };
 
+/// The command line's definition, for the generated completions and man pages.
+pub fn command() -> clap::Command {
+    Cli::command()
+}
+
 /// The whole command line program: parse, run, one line on error.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // Past `exec`, the exit status is CMD's: the limiter's own failures are 125.
+        Err(e) if e.use_stderr() && std::env::args().nth(1).as_deref() == Some("exec") => {
+            let _ = e.print();
+            return ExitCode::from(exec::FAILED);
+        }
+        Err(e) => e.exit(),
+    };
     let result = match cli.command {
         None => run(cli.run),
         Some(Command::Run(args)) => run(args),
+        Some(Command::Exec(args)) => return exec::main(args),
+        Some(Command::Events(args)) => pin_dir_of(args.cgroup.as_ref(), args.pin_dir.as_ref())
+            .and_then(|dir| follow::follow(&dir, args.json)),
         Some(Command::Status(args)) => status(args),
         Some(Command::Detach(args)) => detach(args),
         Some(Command::Simulate(args)) => simulate(&args),
@@ -61,21 +81,27 @@ pub fn main() -> ExitCode {
 }
 
 fn run(args: RunArgs) -> Result<()> {
-    logging::init(args.log_format);
+    logging::init(args.agent.log_format, "info");
     let Some(path) = &args.cgroup else {
-        bail!("--cgroup PATH is required: the cgroup v2 directory of the processes to protect");
+        bail!(
+            "--cgroup PATH is required: the cgroup v2 directory of the processes to protect ({}); or run a program under the limiter with `limiter-user exec -- CMD`",
+            cgroup::mount_point().map_or("no cgroup v2 file system is mounted".into(), |m| {
+                format!("cgroup v2 is mounted at {} on this machine", m.display())
+            })
+        );
     };
     let cgroup = Cgroup::new(path)?;
     let options = agent::Options {
-        pin_dir: args.pin_dir.clone().map(PinDir::at).transpose()?,
-        metrics: args.metrics,
+        pin_dir: args.agent.pin_dir.clone().map(PinDir::at).transpose()?,
+        metrics: args.agent.metrics,
         keep_attached: args.keep_attached,
     };
-    agent::run(cgroup, options, &args)
+    agent::run(cgroup, options, &args.agent, None)?;
+    Ok(())
 }
 
 /// The file (or the embedded defaults), then the flags on top; read again on SIGHUP.
-impl agent::ConfigSource for RunArgs {
+impl agent::ConfigSource for AgentArgs {
     fn load(&self) -> Result<Config> {
         let mut config = match &self.config {
             Some(path) => Config::load(path)?,
@@ -139,6 +165,9 @@ fn status(args: StatusArgs) -> Result<()> {
             "no limiter is attached here: {} does not exist",
             dir.path().display()
         );
+    }
+    if let Some(secs) = args.watch {
+        return watch::watch(&dir, std::time::Duration::from_secs(secs));
     }
     let tables = Tables::from_pins(&dir)?;
     let report = status::report(&dir, &tables)?;

@@ -14,7 +14,7 @@ use nix::fcntl::{Flock, FlockArg};
 
 use crate::pins::check_private;
 
-const RUN_DIR: &str = "/run/limiter";
+pub const RUN_DIR: &str = "/run/limiter";
 
 pub struct AgentLock {
     _file: Flock<std::fs::File>,
@@ -26,7 +26,7 @@ fn lock_path(name: &str) -> PathBuf {
 
 /// Creates /run/limiter root-only (tightening one an older version left 0755), then checks
 /// it is root's and not a symlink.
-fn private_run_dir() -> Result<()> {
+pub fn private_run_dir() -> Result<()> {
     match DirBuilder::new().mode(0o700).create(RUN_DIR) {
         Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
             return Err(e).with_context(|| format!("cannot create {RUN_DIR}"));

@@ -1,11 +1,11 @@
-//! Human lines by default, JSON for machines; RUST_LOG filters (default: info).
+//! Human lines by default, JSON for machines; RUST_LOG filters (default: `default`).
 
 use tracing_subscriber::EnvFilter;
 
 use crate::cli::LogFormat;
 
-pub fn init(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+pub fn init(format: LogFormat, default: &str) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

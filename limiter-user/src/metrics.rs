@@ -1,5 +1,6 @@
 //! Prometheus metrics on `--metrics ADDR`: a snapshot of the maps and the controllers,
-//! refreshed by the agent loop and encoded on each scrape.
+//! refreshed by the agent loop and encoded on each scrape, in the text format the scraper
+//! asks for (OpenMetrics when its Accept header prefers it, 0.0.4 text otherwise).
 
 use std::{
     convert::Infallible,
@@ -14,13 +15,13 @@ use hyper_util::rt::TokioIo;
 use prometheus_client::{
     collector::Collector,
     encoding::{text::encode, DescriptorEncoder, EncodeMetric},
-    metrics::{counter::ConstCounter, gauge::ConstGauge},
+    metrics::{counter::ConstCounter, gauge::ConstGauge, info::Info},
     registry::Registry,
 };
 use tokio::net::TcpListener;
 use tracing::warn;
 
-use crate::{status::Row, tables::Globals};
+use crate::{clock::monotonic_ns, config::Mode, control::Changes, status::Row, tables::Globals};
 
 /// What the last refresh saw.
 #[derive(Debug, Default)]
@@ -33,6 +34,9 @@ pub struct Snapshot {
     pub map_failures: u64,
     /// Idle destinations the agent removed from the kernel's table.
     pub forgotten: u64,
+    pub changes: Changes,
+    /// The heartbeat the kernel last saw (monotonic clock), aged at scrape time.
+    pub heartbeat_ns: u64,
 }
 
 /// The snapshot shared between the agent loop and the scrape handler.
@@ -132,10 +136,7 @@ impl Collector for Metrics {
                 let Some(value) = (metric.value)(row) else {
                     continue;
                 };
-                let labels: Labels = vec![
-                    ("destination", format!("{}:{}", row.address, row.port)),
-                    ("mode", row.mode.to_string()),
-                ];
+                let labels: Labels = vec![("destination", destination(row))];
                 let encoder = family.encode_family(&labels)?;
                 if metric.counter {
                     ConstCounter::new(value).encode(encoder)?;
@@ -198,8 +199,71 @@ impl Collector for Metrics {
             None,
             destinations.metric_type(),
         )?)?;
+        encode_mode(&mut encoder, &snapshot.rows)?;
+        encode_changes(&mut encoder, snapshot.changes)?;
+        let age =
+            ConstGauge::new(monotonic_ns().saturating_sub(snapshot.heartbeat_ns) as f64 / 1e9);
+        age.encode(encoder.encode_descriptor(
+            "limiter_heartbeat_age_seconds",
+            "Time since the agent's last heartbeat; past the heartbeat timeout the kernel admits everything",
+            None,
+            age.metric_type(),
+        )?)?;
+        let info = Info::new(vec![
+            ("version", env!("CARGO_PKG_VERSION").to_string()),
+            ("commit", env!("LIMITER_COMMIT").to_string()),
+        ]);
+        info.encode(encoder.encode_descriptor(
+            "limiter_build",
+            "The agent's version and the commit it was built from",
+            None,
+            info.metric_type(),
+        )?)?;
         Ok(())
     }
+}
+
+fn destination(row: &Row) -> String {
+    format!("{}:{}", row.address, row.port)
+}
+
+/// One series per destination and mode, 1 for the mode in force: a switch from shadow to
+/// prod changes values, never the set of series.
+fn encode_mode(encoder: &mut DescriptorEncoder, rows: &[Row]) -> Result<(), std::fmt::Error> {
+    let mut family = encoder.encode_descriptor(
+        "limiter_mode",
+        "The destination's mode: 1 for the one in force (off, shadow, prod)",
+        None,
+        ConstGauge::new(0i64).metric_type(),
+    )?;
+    for row in rows {
+        for mode in [Mode::Off, Mode::Shadow, Mode::Prod] {
+            let labels: Labels = vec![
+                ("destination", destination(row)),
+                ("mode", mode.name().to_string()),
+            ];
+            ConstGauge::new(i64::from(row.mode == mode.name()))
+                .encode(family.encode_family(&labels)?)?;
+        }
+    }
+    Ok(())
+}
+
+fn encode_changes(
+    encoder: &mut DescriptorEncoder,
+    changes: Changes,
+) -> Result<(), std::fmt::Error> {
+    let mut family = encoder.encode_descriptor(
+        "limiter_limit_changes",
+        "Limit changes the controllers made, by direction",
+        None,
+        ConstCounter::new(0u64).metric_type(),
+    )?;
+    for (direction, count) in [("up", changes.up), ("down", changes.down)] {
+        let labels: Labels = vec![("direction", direction.to_string())];
+        ConstCounter::new(count).encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
 }
 
 /// Binds `addr` now (so a bad address fails the start) and serves /metrics from then on.
@@ -243,15 +307,18 @@ async fn scrape(
         *not_found.status_mut() = hyper::StatusCode::NOT_FOUND;
         return Ok(not_found);
     }
-    let mut body = String::new();
-    let response = match encode(&mut body, &registry) {
-        Ok(()) => {
+    let accept = req
+        .headers()
+        .get(hyper::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let format = Format::negotiate(accept);
+    let response = match render(&registry, format) {
+        Ok(body) => {
             let mut ok = Response::new(Full::new(Bytes::from(body)));
             ok.headers_mut().insert(
                 hyper::header::CONTENT_TYPE,
-                hyper::header::HeaderValue::from_static(
-                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                ),
+                hyper::header::HeaderValue::from_static(format.content_type()),
             );
             ok
         }
@@ -262,6 +329,92 @@ async fn scrape(
         }
     };
     Ok(response)
+}
+
+/// The exposition formats a scraper can ask for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    OpenMetrics,
+    /// The classic Prometheus text format, version 0.0.4.
+    Text,
+}
+
+impl Format {
+    /// OpenMetrics when the Accept header ranks it at least as high as plain text (as
+    /// Prometheus does), 0.0.4 text otherwise, and when there is no header.
+    pub fn negotiate(accept: &str) -> Self {
+        let (mut openmetrics, mut text) = (0.0f32, 0.0f32);
+        for range in accept.split(',') {
+            let mut parts = range.split(';').map(str::trim);
+            let media = parts.next().unwrap_or("").to_ascii_lowercase();
+            let q = parts
+                .filter_map(|p| p.strip_prefix("q="))
+                .find_map(|q| q.parse::<f32>().ok())
+                .unwrap_or(1.0);
+            match media.as_str() {
+                "application/openmetrics-text" => openmetrics = openmetrics.max(q),
+                "text/plain" | "text/*" | "*/*" => text = text.max(q),
+                _ => {}
+            }
+        }
+        if openmetrics > 0.0 && openmetrics >= text {
+            Format::OpenMetrics
+        } else {
+            Format::Text
+        }
+    }
+
+    fn content_type(self) -> &'static str {
+        match self {
+            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            Format::Text => "text/plain; version=0.0.4; charset=utf-8",
+        }
+    }
+}
+
+pub fn render(registry: &Registry, format: Format) -> Result<String, std::fmt::Error> {
+    let mut body = String::new();
+    encode(&mut body, registry)?;
+    Ok(match format {
+        Format::OpenMetrics => body,
+        Format::Text => to_text_0_0_4(&body),
+    })
+}
+
+/// The 0.0.4 text format from OpenMetrics text, for the metric types this agent exports:
+/// counter and info families are named with their sample's suffix (`_total`, `_info`,
+/// an info becoming a gauge), and `# EOF` and `# UNIT` lines do not exist there.
+fn to_text_0_0_4(openmetrics: &str) -> String {
+    let mut suffixes: std::collections::HashMap<&str, (&str, &str)> = Default::default();
+    for line in openmetrics.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            match rest.split_once(' ') {
+                Some((name, "counter")) => suffixes.insert(name, ("_total", "counter")),
+                Some((name, "info")) => suffixes.insert(name, ("_info", "gauge")),
+                _ => None,
+            };
+        }
+    }
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let descriptor = ["# HELP ", "# TYPE "]
+            .into_iter()
+            .find_map(|p| line.strip_prefix(p).map(|rest| (p, rest)));
+        match descriptor.and_then(|(p, rest)| {
+            let (name, tail) = rest.split_once(' ')?;
+            let (suffix, kind) = suffixes.get(name)?;
+            let tail = if p == "# TYPE " { kind } else { tail };
+            Some(format!("{p}{name}{suffix} {tail}"))
+        }) {
+            Some(renamed) => out.push_str(&renamed),
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
 }
 
 #[cfg(test)]
@@ -291,15 +444,45 @@ mod tests {
         });
         let mut registry = Registry::default();
         registry.register_collector(Box::new(metrics));
-        let mut body = String::new();
-        encode(&mut body, &registry).unwrap();
+        let body = render(&registry, Format::OpenMetrics).unwrap();
         let value = |name: &str| {
-            let prefix = format!("{name}{{destination=\"127.0.0.1:8001\",mode=\"shadow\"}} ");
+            let prefix = format!("{name}{{destination=\"127.0.0.1:8001\"}} ");
             body.lines()
                 .find_map(|l| l.strip_prefix(&prefix))
                 .and_then(|v| v.parse::<f64>().ok())
         };
         assert_eq!(value("limiter_redirected_total"), Some(4.0), "{body}");
         assert_eq!(value("limiter_would_redirect_total"), Some(2.0), "{body}");
+    }
+
+    #[test]
+    fn openmetrics_only_when_the_scraper_prefers_it() {
+        let prometheus = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        assert_eq!(Format::negotiate(prometheus), Format::OpenMetrics);
+        assert_eq!(Format::negotiate(""), Format::Text);
+        assert_eq!(Format::negotiate("*/*"), Format::Text);
+        assert_eq!(Format::negotiate("text/plain;version=0.0.4"), Format::Text);
+        assert_eq!(
+            Format::negotiate("text/plain;q=1.0, application/openmetrics-text;q=0.5"),
+            Format::Text
+        );
+        assert_eq!(
+            Format::negotiate("application/openmetrics-text; q=0"),
+            Format::Text
+        );
+    }
+
+    #[test]
+    fn text_0_0_4_names_families_by_their_samples() {
+        let om =
+            "# HELP a_shed Connects refused.\n# TYPE a_shed counter\na_shed_total{d=\"x\"} 3\n\
+                  # HELP b Build.\n# TYPE b info\nb_info{v=\"1\"} 1\n\
+                  # HELP c_limit Limit.\n# TYPE c_limit gauge\nc_limit 2\n# EOF\n";
+        assert_eq!(
+            to_text_0_0_4(om),
+            "# HELP a_shed_total Connects refused.\n# TYPE a_shed_total counter\na_shed_total{d=\"x\"} 3\n\
+             # HELP b_info Build.\n# TYPE b_info gauge\nb_info{v=\"1\"} 1\n\
+             # HELP c_limit Limit.\n# TYPE c_limit gauge\nc_limit 2\n"
+        );
     }
 }

@@ -718,9 +718,14 @@ pub fn field(cgroup: &TestCgroup, dest: SocketAddr, name: &str) -> i64 {
 
 /// A destination's value in the pinned `dests` map as bpftool dumps it, fields named by BTF.
 pub fn dests_entry(cgroup: &TestCgroup, dest: SocketAddr) -> Option<serde_json::Value> {
+    map_entry(cgroup, "dests", dest)
+}
+
+/// A destination's value in one of the pinned maps keyed by destination.
+pub fn map_entry(cgroup: &TestCgroup, map: &str, dest: SocketAddr) -> Option<serde_json::Value> {
     let out = Command::new("bpftool")
         .args(["--json", "map", "dump", "pinned"])
-        .arg(cgroup.pin_dir().join("dests"))
+        .arg(cgroup.pin_dir().join(map))
         .output()
         .expect("bpftool is not installed (apt-get install bpftool)");
     assert!(

@@ -1,75 +1,7 @@
-//! The agent as an operator runs it: configuration, reload, metrics (root, real kernel).
-
-use std::{
-    io::{Read, Write},
-    net::{SocketAddr, TcpStream},
-};
+//! The agent as an operator runs it: configuration, reload, metrics address (root, real
+//! kernel); the metrics themselves are in metrics.rs.
 
 use limiter_integration_tests::*;
-
-/// GET /metrics, the body.
-fn scrape(addr: SocketAddr) -> String {
-    let mut stream = TcpStream::connect(addr).unwrap();
-    write!(
-        stream,
-        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let (head, body) = response.split_once("\r\n\r\n").unwrap();
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    body.to_string()
-}
-
-/// The value of the sample `name{labels}`, if present.
-fn sample(body: &str, name: &str, labels: &str) -> Option<f64> {
-    let prefix = format!("{name}{{{labels}}} ");
-    body.lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .map(|v| v.parse().unwrap())
-}
-
-#[kernel_test]
-fn metrics_are_served_in_the_prometheus_text_format() {
-    let cg = TestCgroup::new("metrics");
-    let up = Upstream::start("127.0.0.1:0", Behaviour::Hold);
-    let metrics: SocketAddr = closed_port();
-    let _agent = Agent::start(
-        &cg,
-        &[
-            "--algorithm",
-            "fixed",
-            "--limit",
-            "1",
-            "--metrics",
-            &metrics.to_string(),
-        ],
-    );
-    let (probe, lines) = Probe::hold(&cg, up.addr, 2);
-    assert_eq!(tally(&lines), (1, 1, 0));
-
-    let labels = format!("destination=\"{}\",mode=\"prod\"", up.addr);
-    wait_until("the metrics to show the destination", || {
-        sample(&scrape(metrics), "limiter_shed_total", &labels) == Some(1.0)
-    });
-    let body = scrape(metrics);
-    assert_eq!(sample(&body, "limiter_limit", &labels), Some(1.0));
-    assert_eq!(sample(&body, "limiter_inflight", &labels), Some(1.0));
-    assert_eq!(sample(&body, "limiter_admitted_total", &labels), Some(1.0));
-    assert!(body.contains("# TYPE limiter_shed counter"));
-    assert!(body
-        .lines()
-        .any(|l| l.starts_with("limiter_ringbuf_drops_total ")));
-    assert!(body
-        .lines()
-        .any(|l| l.starts_with("limiter_agent_signals_total ")));
-    assert!(
-        body.trim_end().ends_with("# EOF"),
-        "OpenMetrics text ends with # EOF"
-    );
-    probe.release();
-}
 
 #[kernel_test]
 fn a_metrics_address_in_use_fails_the_start_cleanly() {

@@ -3,6 +3,7 @@
 mod artifacts;
 mod bench;
 mod client;
+mod dist;
 mod vm;
 
 use std::{
@@ -29,6 +30,9 @@ enum Task {
     /// What the limiter costs, side by side with no limiter and with an egress proxy
     /// (root; writes docs/benchmarks.md).
     Bench(bench::Options),
+    /// The Debian package (needs cargo-deb): the stripped agent, the systemd unit, the
+    /// example configuration as a conffile, completions and man pages.
+    Dist(dist::Options),
     /// A load generator the benchmarks start inside the limited cgroup.
     #[command(hide = true)]
     BenchClient(client::Options),
@@ -43,6 +47,7 @@ fn main() -> ExitCode {
         Task::Test(options) if options.kernels.is_empty() => test(),
         Task::Test(options) => vm::test(&options),
         Task::Bench(options) => bench::run(options),
+        Task::Dist(options) => dist::run_dist(options),
         Task::BenchClient(options) => client::run(options),
     };
     match result {
