@@ -192,3 +192,30 @@ fn a_slowdown_lowers_the_limit_with_the_latency_that_moved_it() {
     );
     assert_eq!(change["reconfigured"], false);
 }
+
+#[test]
+fn a_redirect_names_the_peer_it_went_to() {
+    require_kernel!();
+    let cg = TestCgroup::new("eventsredirect");
+    let (first, second) = (
+        Upstream::start("127.0.0.1:0", Behaviour::Hold),
+        Upstream::start("127.0.0.2:0", Behaviour::Hold),
+    );
+    let config = TempFile::new(
+        "events-group.toml",
+        &format!(
+            "[[group]]\nname = \"replicas\"\nmembers = [\"{}\", \"{}\"]\nalgorithm = \"fixed\"\nlimit = 1\n",
+            first.addr, second.addr
+        ),
+    );
+    let _agent = Agent::start(&cg, &["--config", &config.0.to_string_lossy()]);
+    let mut reader = Reader::start(&cg, true);
+    let lines = reader.lines();
+    let (probe, outcomes) = Probe::hold(&cg, first.addr, 2);
+    assert_eq!(tally(&outcomes), (2, 0, 0), "the second falls forward");
+    let redirect = json(&next_matching(&lines, |l| json(l)["event"] == "redirected"));
+    assert_eq!(redirect["destination"], first.addr.to_string());
+    assert_eq!(redirect["peer"], second.addr.to_string());
+    assert_eq!(redirect["pid"], probe.pid());
+    assert_eq!(redirect["limit"], 1);
+}
