@@ -193,9 +193,8 @@ fn a_slowdown_lowers_the_limit_with_the_latency_that_moved_it() {
     assert_eq!(change["reconfigured"], false);
 }
 
-#[test]
+#[kernel_test]
 fn a_redirect_names_the_peer_it_went_to() {
-    require_kernel!();
     let cg = TestCgroup::new("eventsredirect");
     let (first, second) = (
         Upstream::start("127.0.0.1:0", Behaviour::Hold),
