@@ -45,8 +45,9 @@ fn judge(traces: &[Trace]) -> Judgement {
             Bound::AtMost(INFLIGHT_OVER_WORKERS * f64::from(rig::WORKERS)),
         ));
         figures.push(format!(
-            "{label}: {} req/s, in-flight <= {inflight}",
-            figure(goodput)
+            "{label}: {} req/s, in-flight p95 {}",
+            figure(goodput),
+            figure(inflight)
         ));
     }
     Judgement {
