@@ -26,8 +26,7 @@ fn judge(traces: &[Trace]) -> Judgement {
     let capacity = rig::slow_capacity();
     let mut criteria = Vec::new();
     let mut figures = Vec::new();
-    for (trace, deadline) in traces.iter().zip(rig::DEADLINES_S) {
-        let label = format!("{} s timeout", figure(deadline));
+    for (trace, label) in rig::by_timeout(traces) {
         let goodput = trace.goodput(from, to);
         let inflights: Vec<f64> = trace
             .ticks_in(from, to)
