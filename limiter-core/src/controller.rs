@@ -7,11 +7,18 @@ use crate::config::{ControlConfig, Limits};
 use crate::evidence::EvidencePoint;
 use crate::filter::LatencyFilter;
 use crate::guard::GrowthGuard;
+use crate::recovery::Recovery;
+use crate::slow_start::SlowStart;
 use crate::window::{WindowSummary, Windows};
 use crate::{Controller, Outcome};
 
 /// The smoothed latency counts as settled when within this share of the median.
 const SETTLED: f64 = 0.1;
+/// A window's p90 this far above the baseline is elevated.
+const ELEVATED: f64 = 1.25;
+/// Windows running that must show a cut of in-flight leaving the latency where it was: one
+/// could be the noise of a small window.
+const FLAT_WINDOWS: u32 = 2;
 
 /// A destination's controller, generic over its algorithm; [`DestinationController::new`]
 /// picks the algorithm from the configuration.
@@ -20,12 +27,22 @@ pub struct DestinationController<A = AnyAlgorithm> {
     algorithm: A,
     limits: Limits,
     min_samples: u32,
+    smoothing: f64,
     limit: f64,
     published: u32,
     windows: Windows,
     filter: LatencyFilter,
     baseline: Baseline,
     guard: GrowthGuard,
+    slow_start: SlowStart,
+    /// A limit the newest window showed the upstream can take: its capacity at a slower
+    /// service time, or the last healthy limit once it is fast again.
+    capacity: Option<f64>,
+    recovery: Recovery,
+    /// The baseline has been published once: the first learning is over.
+    learned: bool,
+    /// Windows running whose latency ignored a cut of in-flight.
+    flat_windows: u32,
 }
 
 impl DestinationController<AnyAlgorithm> {
@@ -43,46 +60,117 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             algorithm,
             limits,
             min_samples: cfg.pipeline.min_samples,
+            smoothing: cfg.pipeline.latency_smoothing,
             limit: f64::from(limits.initial),
             published: limits.initial,
             windows: Windows::new(cfg.pipeline, now_ns),
             filter: LatencyFilter::new(cfg.pipeline.latency_smoothing),
             baseline: Baseline::default(),
             guard: GrowthGuard::new(cfg.pipeline.app_limited_multiple, f64::from(limits.initial)),
+            slow_start: SlowStart::default(),
+            capacity: None,
+            recovery: Recovery::default(),
+            learned: false,
+            flat_windows: 0,
         }
     }
 
-    fn latency_view(&mut self, window: &WindowSummary) -> Option<LatencyView> {
-        let p90 = window.p90_ns?.max(1.0);
-        let smoothed = self.filter.push(p90);
-        let testifies = window.samples > 0 && window.dispersed;
-        let point = testifies.then(|| EvidencePoint {
-            inflight: window.mean_inflight,
+    /// What a window tells the correlation evidence, if anything. A window bound by the
+    /// limit had the limit in flight whatever its samples say; a window where more than a
+    /// tenth of the requests timed out had a p90 at least as long as their wait, answered
+    /// or not (with a 2 s client timeout, a saturated upstream gives no samples at all).
+    fn evidence_point(&self, window: &WindowSummary) -> Option<EvidencePoint> {
+        let bound = window.sheds > 0;
+        let inflight = if bound {
+            window.mean_inflight.max(self.limit)
+        } else {
+            window.mean_inflight
+        };
+        let censored = window
+            .gave_up_after_ns
+            .filter(|_| window.timeouts.saturating_mul(9) > window.samples);
+        let latency = match (window.p90_ns, censored) {
+            (Some(p90), Some(wait)) => p90.max(wait),
+            (Some(p90), None) if window.dispersed => p90,
+            (None, Some(wait)) if bound => wait,
+            _ => return None,
+        };
+        Some(EvidencePoint {
+            inflight,
             throughput: window.throughput(),
-            latency: p90,
-        });
+            latency,
+            bound,
+        })
+    }
+
+    fn latency_view(&mut self, window: &WindowSummary, now_ns: u64) -> Option<LatencyView> {
+        let point = self.evidence_point(window);
+        let Some(p90) = window.p90_ns.map(|p| p.max(1.0)) else {
+            if let Some(point) = point {
+                self.baseline.testify(point);
+            }
+            return None;
+        };
+        let smoothed = self.filter.push(p90);
         // A p90 over fewer latencies than a full window, or a filter short of five windows,
         // is too noisy to be a minimum.
         let warming_up = self.filter.is_warming_up() || window.p90_weight < self.min_samples;
         let sustained = self.filter.recent_max().unwrap_or(smoothed);
-        let baseline = self.baseline.observe(
+        let mut baseline = self.baseline.observe(
             smoothed,
             sustained,
             point,
             warming_up,
             self.filter.is_settled(SETTLED),
         );
+        self.capacity = None;
+        let flat =
+            !warming_up && p90 >= ELEVATED * baseline && self.baseline.latency_ignored_a_cut();
+        self.flat_windows = if flat { self.flat_windows + 1 } else { 0 };
+        let plateau = self.baseline.plateau_throughput(baseline);
+        if let (true, Some(throughput)) = (self.flat_windows >= FLAT_WINDOWS, plateau) {
+            self.flat_windows = 0;
+            // The upstream saturated when we sent more, and below our cut its latency
+            // stayed: it is slow, not queueing us. Its service time is the new baseline, and
+            // what it served at saturation times that time is its capacity (Little's law).
+            // Without a saturation (an upstream that serves whatever it is sent, only
+            // slowly) the baseline does not follow: the limit keeps a slow destination from
+            // piling up connections.
+            self.capacity = Some(throughput * window.mean_latency_ns / 1e9);
+            self.baseline.follow(p90);
+            baseline = p90;
+            self.slow_start
+                .restart(now_ns, self.limit.max(self.capacity.unwrap_or(0.0)));
+            self.recovery.followed(p90);
+        } else if let Some(healthy) = self.recovery.observe(p90, baseline, self.limit) {
+            self.capacity = Some(healthy);
+        }
         Some(LatencyView {
             smoothed,
             latest: p90,
             baseline,
-            self_queueing: self.baseline.shows_self_queueing(),
+            // Latency that fell with in-flight reads as our queueing only while there is a
+            // queue to speak of: after a slowdown ends, latency and in-flight fall together.
+            self_queueing: self.baseline.shows_self_queueing() && p90 >= ELEVATED * baseline,
         })
+    }
+
+    /// Whether a client that closed `waited_ns` after its request started gave up: it waited
+    /// longer than the destination normally takes (its baseline; before one is learned, its
+    /// smoothed or newest latencies). A shorter wait is a goodbye, a last message that gets
+    /// no reply. With no latency known at all, the close counts as giving up.
+    fn gave_up(&self, waited_ns: u64) -> bool {
+        let normal = self
+            .baseline
+            .value()
+            .or(self.filter.smoothed())
+            .or(self.windows.slowest().map(|l| l as f64));
+        normal.is_none_or(|normal| waited_ns as f64 > normal)
     }
 
     fn close(&mut self, window: WindowSummary, now_ns: u64) {
         self.guard.observe(window.peak_inflight);
-        let latency = self.latency_view(&window);
+        let latency = self.latency_view(&window, now_ns);
         let error_pressure = window.error_pressure();
         if latency.is_none() && error_pressure == 0.0 {
             return;
@@ -92,27 +180,64 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             error_pressure,
             latency,
         };
-        let proposed = self.algorithm.next_limit(self.limit, &verdict);
-        let allowed = self.guard.allow(self.limit, proposed, window.dispersed);
-        if allowed.is_finite() {
-            self.limit = allowed.clamp(f64::from(self.limits.min), f64::from(self.limits.max));
-            self.published = self.limit.round() as u32;
+        let mut proposed = self.algorithm.next_limit(self.limit, &verdict);
+        if self.baseline.value().is_none() {
+            // Learning: growth is the slow start's, on demand actually refused; the
+            // algorithm's would rest on a baseline that is not one yet.
+            proposed = proposed.min(self.limit);
         }
+        let mut allowed = self.guard.allow(self.limit, proposed, window.dispersed);
+        if let Some(capacity) = self.capacity.take() {
+            allowed = allowed.max(capacity);
+        }
+        if allowed.is_finite() {
+            self.set_limit(allowed);
+        }
+    }
+
+    fn set_limit(&mut self, limit: f64) {
+        self.limit = limit.clamp(f64::from(self.limits.min), f64::from(self.limits.max));
+        self.published = self.limit.round() as u32;
     }
 }
 
 impl<A: LimitAlgorithm> Controller for DestinationController<A> {
-    fn on_sample(&mut self, _now_ns: u64, latency_ns: u64, inflight: u32) {
+    fn on_sample(&mut self, now_ns: u64, latency_ns: u64, inflight: u32) {
         self.windows.record_sample(latency_ns, inflight);
+        self.slow_start.on_sample(now_ns, latency_ns, inflight);
     }
 
     fn on_outcome(&mut self, _now_ns: u64, outcome: Outcome) {
+        let outcome = match outcome {
+            Outcome::GaveUp { waited_ns } if !self.gave_up(waited_ns) => return,
+            Outcome::GaveUp { waited_ns } => {
+                self.windows.record_gave_up(waited_ns);
+                Outcome::Timeout
+            }
+            other => other,
+        };
+        if outcome == Outcome::Shed {
+            self.slow_start.on_shed();
+        }
         self.windows.record_outcome(outcome);
     }
 
     fn update(&mut self, now_ns: u64) -> u32 {
         if let Some(window) = self.windows.close_if_due(now_ns) {
             self.close(window, now_ns);
+        }
+        if !self.learned && self.baseline.value().is_some() {
+            self.learned = true;
+            self.slow_start.finish();
+        }
+        if let Some(learned) = self.slow_start.next_limit(now_ns, self.limit) {
+            self.set_limit(learned);
+            if !self.learned && self.slow_start.take_queued() {
+                // The windows so far measured the queue the last round built: the baseline
+                // is learned afresh at the level that did not queue.
+                self.filter = LatencyFilter::new(self.smoothing);
+                self.baseline = Baseline::default();
+            }
         }
         self.published
     }
@@ -133,5 +258,34 @@ impl<A: LimitAlgorithm> Controller for DestinationController<A> {
     /// changes nothing once they are all zero.
     fn is_quiet(&self) -> bool {
         self.windows.is_empty() && self.guard.remembers_no_peak()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Algorithm;
+
+    const MS: u64 = 1_000_000;
+
+    /// A second of 50 ms answers, then closes while awaiting a response after `waited_ns`;
+    /// returns the limit after the window closes.
+    fn closes_after(waited_ns: u64) -> u32 {
+        let cfg = ControlConfig::new(Algorithm::Vegas);
+        let mut c = DestinationController::new(&cfg, 0);
+        for i in 0..60 {
+            c.on_sample(i * 10 * MS, (50 + i % 5) * MS, 10);
+            c.on_outcome(i * 10 * MS, Outcome::GaveUp { waited_ns });
+        }
+        c.update(2_000 * MS)
+    }
+
+    #[test]
+    fn a_goodbye_is_not_a_timeout_and_a_long_wait_is() {
+        assert_eq!(closes_after(50_000), 20, "goodbyes leave the limit alone");
+        assert!(
+            closes_after(2_000 * MS) < 20,
+            "giving up after 2 s lowers it"
+        );
     }
 }

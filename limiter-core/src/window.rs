@@ -40,6 +40,14 @@ pub struct WindowSummary {
     pub peak_inflight: u32,
     /// Whether the latencies differ at all; identical latencies carry no evidence of health.
     pub dispersed: bool,
+    /// Mean latency of the window's samples (Little's law wants the mean, not the p90).
+    pub mean_latency_ns: f64,
+    /// Connects the limit refused: demand went beyond the limit, so in-flight was not the
+    /// clients' choice but the limit's.
+    pub sheds: u32,
+    /// The shortest wait of the requests whose clients gave up: a latency the window's
+    /// slowest requests exceeded, though they never got an answer to measure.
+    pub gave_up_after_ns: Option<f64>,
 }
 
 impl WindowSummary {
@@ -73,6 +81,9 @@ pub struct Windows {
     max_latency_ns: u64,
     inflight_sum: u64,
     peak_inflight: u32,
+    latency_sum: u64,
+    sheds: u32,
+    gave_up_after_ns: u64,
 }
 
 impl Windows {
@@ -90,6 +101,9 @@ impl Windows {
             max_latency_ns: 0,
             inflight_sum: 0,
             peak_inflight: 0,
+            latency_sum: 0,
+            sheds: 0,
+            gave_up_after_ns: u64::MAX,
         }
     }
 
@@ -102,20 +116,33 @@ impl Windows {
         self.max_latency_ns = self.max_latency_ns.max(latency_ns);
         self.inflight_sum = self.inflight_sum.saturating_add(u64::from(inflight));
         self.peak_inflight = self.peak_inflight.max(inflight);
+        self.latency_sum = self.latency_sum.saturating_add(latency_ns);
     }
 
-    /// Adds an outcome; a shed request contributes nothing.
+    /// Adds an outcome; a shed request contributes nothing, and a client's close counts only
+    /// once the controller has judged it a timeout (see `DestinationController`).
     pub fn record_outcome(&mut self, outcome: Outcome) {
         match outcome {
             Outcome::Error => self.errors = self.errors.saturating_add(1),
             Outcome::Timeout => self.timeouts = self.timeouts.saturating_add(1),
-            Outcome::Shed => {}
+            Outcome::Shed => self.sheds = self.sheds.saturating_add(1),
+            Outcome::GaveUp { .. } => {}
         }
     }
 
     /// Whether the open window holds no sample and no outcome.
     pub fn is_empty(&self) -> bool {
         self.events() == 0
+    }
+
+    /// A client gave up after waiting `waited_ns` (already recorded as a timeout).
+    pub fn record_gave_up(&mut self, waited_ns: u64) {
+        self.gave_up_after_ns = self.gave_up_after_ns.min(waited_ns);
+    }
+
+    /// The slowest latency of the open window, if it has a sample.
+    pub fn slowest(&self) -> Option<u64> {
+        (self.samples > 0).then_some(self.max_latency_ns)
     }
 
     fn events(&self) -> u32 {
@@ -178,6 +205,14 @@ impl Windows {
             dispersed: self.samples < 2
                 || (self.max_latency_ns - self.min_latency_ns) as f64
                     > self.max_latency_ns as f64 * DEGENERATE_SPREAD,
+            mean_latency_ns: if self.samples == 0 {
+                0.0
+            } else {
+                self.latency_sum as f64 / f64::from(self.samples)
+            },
+            sheds: self.sheds,
+            gave_up_after_ns: (self.timeouts > 0 && self.gave_up_after_ns < u64::MAX)
+                .then_some(self.gave_up_after_ns as f64),
         };
         self.histogram.reset();
         self.start_ns = now_ns;
@@ -188,6 +223,9 @@ impl Windows {
         self.max_latency_ns = 0;
         self.inflight_sum = 0;
         self.peak_inflight = 0;
+        self.latency_sum = 0;
+        self.sheds = 0;
+        self.gave_up_after_ns = u64::MAX;
         Some(summary)
     }
 }

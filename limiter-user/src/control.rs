@@ -126,14 +126,16 @@ impl ControlLoop {
                 return;
             }
             Signal::ConnectRefused | Signal::Error => Outcome::Error,
-            Signal::ConnectTimeout | Signal::GaveUp => Outcome::Timeout,
+            Signal::ConnectTimeout => Outcome::Timeout,
+            Signal::GaveUp { waited_ns } => Outcome::GaveUp { waited_ns },
             Signal::Handshake { .. } => return,
         };
         if let Some(m) = self.managed(ev.dest, ev.ts_ns, None) {
             match outcome {
                 Outcome::Timeout => m.timeouts = m.timeouts.saturating_add(1),
                 Outcome::Error => m.errors = m.errors.saturating_add(1),
-                Outcome::Shed => {}
+                // Whether a close was a goodbye or giving up is the controller's to judge.
+                Outcome::GaveUp { .. } | Outcome::Shed => {}
             }
             m.controller.on_outcome(ev.ts_ns, outcome);
         }

@@ -197,6 +197,26 @@ fn every_outcome_is_reported_once_per_connection() {
     assert_eq!(count(endings.echo.addr, "handshake"), 2);
 }
 
+/// A client that ends its connection with a last message and no reply (PostgreSQL's
+/// Terminate) is reported with a wait of microseconds, shorter than any answer the
+/// destination gave. The controller counts a close as a timeout only when the wait was
+/// longer than the destination normally takes, so this is a goodbye.
+#[kernel_test]
+fn a_goodbye_reports_a_wait_shorter_than_any_answer() {
+    let cg = TestCgroup::new("signal-goodbye");
+    let agent = start(&cg);
+    let up = respond(50, 0);
+    let to = up.addr.to_string();
+    let lines = Probe::spawn(&cg, &["exchange", "--to", &to, "--goodbye"]).lines_until_exit();
+    assert_eq!(lines.last().map(String::as_str), Some("goodbye"));
+    let answered = wait_signals(&agent, up.addr, "sample", 1)[0].value_ns;
+    let goodbye = wait_signals(&agent, up.addr, "gave_up", 1)[0].value_ns;
+    assert!(
+        goodbye < answered,
+        "a goodbye waited {goodbye} ns, the answer took {answered} ns"
+    );
+}
+
 #[kernel_test]
 fn connects_the_limiter_refuses_report_no_outcome() {
     let cg = TestCgroup::new("shedoutcome");
