@@ -26,6 +26,9 @@ impl Guest<'_> {
     /// and to `log`. Fails unless the command exits 0: a panic ends qemu (the kernel is told
     /// not to reboot), a hang is stopped at the deadline.
     pub fn run(&self, command: &str, log: &Path) -> Result<()> {
+        if self.systemd && !Path::new("/lib/modules").is_dir() {
+            bail!("virtme-ng's systemd boot needs /lib/modules on this machine, to mount the guest's modules over: sudo mkdir /lib/modules");
+        }
         let mut cmd = self.vng(command);
         let log_file = Arc::new(Mutex::new(
             File::create(log).with_context(|| format!("cannot create {}", log.display()))?,

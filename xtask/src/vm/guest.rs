@@ -8,7 +8,9 @@ use limiter_integration_tests::HANG_GUARD_VAR;
 use crate::artifacts::Executable;
 
 /// Tests marked ignored are those that need what a development machine may lack (such as
-/// network emulation); the VM has it all, so they run too.
+/// network emulation); the VM has it all, so they run too. One test at a time: on the
+/// VM's two CPUs, concurrent closed-loop tests starve one another's traffic until every
+/// upstream looks slow.
 pub fn script(harnesses: &[Executable]) -> String {
     let mut s = String::from(
         "#!/bin/sh
@@ -29,7 +31,7 @@ failed=0
     for h in harnesses {
         let _ = write!(
             s,
-            "echo '=== {name} ({path})'\ncd '{dir}' && '{path}' --include-ignored || failed=$((failed + 1))\n",
+            "echo '=== {name} ({path})'\ncd '{dir}' && '{path}' --include-ignored --test-threads 1 || failed=$((failed + 1))\n",
             name = h.name,
             path = h.path.display(),
             dir = h.package_dir.display(),
