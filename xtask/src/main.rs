@@ -2,6 +2,7 @@
 
 mod bench;
 mod client;
+mod lab;
 
 use std::process::{Command, ExitCode};
 
@@ -23,6 +24,9 @@ enum Task {
     /// What the limiter costs, side by side with no limiter and with an egress proxy
     /// (root; writes docs/benchmarks.md).
     Bench(bench::Options),
+    /// The limiter against nginx and pgbench on real traffic, with an upstream that slows
+    /// down and recovers (root; writes docs/lab.md).
+    Lab(lab::Options),
     /// A load generator the benchmarks start inside the limited cgroup.
     #[command(hide = true)]
     BenchClient(client::Options),
@@ -36,6 +40,7 @@ fn main() -> ExitCode {
     let result = match Cli::parse().task {
         Task::Test => test(),
         Task::Bench(options) => bench::run(options),
+        Task::Lab(options) => lab::run(options),
         Task::BenchClient(options) => client::run(options),
     };
     match result {
