@@ -53,12 +53,12 @@ pub fn run(bins: &Binaries, phases: Phases, cluster: &Cluster, limited: bool) ->
         destination,
     };
     let mut cmd = process::in_cgroup(&cgroup, &cluster.bin.join("pgbench"));
-    cmd.args(cluster.connection_args())
-        .args(["--no-vacuum", "--connect", "--progress", "1"])
+    cmd.args(["--no-vacuum", "--connect", "--progress", "1"])
         .args(["--client", &CLIENTS.to_string(), "--jobs", "2"])
         .args(["--time", &phases.total().as_secs().max(1).to_string()])
         .arg("--file")
-        .arg(&script.0);
+        .arg(&script.0)
+        .args(cluster.connection_args());
     let started = Instant::now();
     let child = cmd
         .stdout(Stdio::piped())

@@ -80,22 +80,22 @@ impl Cluster {
     /// One SQL statement, run with psql over TCP.
     pub fn sql(&self, statement: &str) -> Result<()> {
         let mut cmd = Command::new(self.bin.join("psql"));
-        cmd.args(self.connection_args())
-            .args(["--quiet", "--no-psqlrc", "-v", "ON_ERROR_STOP=1", "-c"])
-            .arg(statement);
+        cmd.args(["--quiet", "--no-psqlrc", "--set", "ON_ERROR_STOP=1", "--command"])
+            .arg(statement)
+            .args(self.connection_args());
         process::output(cmd).map(drop)
     }
 
-    /// How clients reach it: host, port, user, database.
+    /// How clients reach it: host, port, user, and last the database (psql and pgbench
+    /// both take it as their first argument that is not an option).
     pub fn connection_args(&self) -> Vec<String> {
         [
-            "-h",
+            "--host",
             &self.addr.ip().to_string(),
-            "-p",
+            "--port",
             &self.addr.port().to_string(),
-            "-U",
+            "--username",
             USER,
-            "-d",
             USER,
         ]
         .map(String::from)
