@@ -324,6 +324,7 @@ pub fn serve_http(stream: TcpStream, delay_ms: &std::sync::atomic::AtomicU64) {
 /// for network tests; no traffic leaves the machine.
 pub struct TestNetns {
     name: String,
+    host_if: String,
     pub host_addr: std::net::Ipv4Addr,
     pub peer_addr: std::net::Ipv4Addr,
 }
@@ -341,6 +342,7 @@ impl TestNetns {
         let (second, third) = ((18 + subnet / 256) as u8, (subnet % 256) as u8);
         let net = TestNetns {
             name: name.clone(),
+            host_if: host_if.clone(),
             host_addr: std::net::Ipv4Addr::new(198, second, third, 1),
             peer_addr: std::net::Ipv4Addr::new(198, second, third, 2),
         };
@@ -410,7 +412,11 @@ impl Default for TestNetns {
 
 impl Drop for TestNetns {
     fn drop(&mut self) {
-        // Deleting the namespace deletes its end of the veth pair, and with it the other.
+        // Deleting one end of the pair deletes the other at once; the namespace itself goes
+        // once the last socket made in it is closed.
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.host_if])
+            .status();
         let _ = Command::new("ip")
             .args(["netns", "del", &self.name])
             .status();

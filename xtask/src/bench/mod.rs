@@ -80,7 +80,10 @@ impl Scale {
 }
 
 pub fn run(options: Options) -> Result<()> {
-    preflight("the benchmarks attach eBPF programs and make cgroups", "bench")?;
+    preflight(
+        "the benchmarks attach eBPF programs and make cgroups",
+        "bench",
+    )?;
     let (scale, bins) = if options.smoke {
         println!("smoke run: one short iteration of each part; its figures mean nothing");
         (&Scale::SMOKE, Binaries::this_program()?)

@@ -80,10 +80,7 @@ impl Wrk {
         think: Duration,
         timeout: Duration,
     ) -> Self {
-        let delay = format!(
-            "delay = function() return {} end\n",
-            think.as_millis()
-        );
+        let delay = format!("delay = function() return {} end\n", think.as_millis());
         Wrk {
             script: TempFile::new("think-wrk.lua", &(delay + REPORT_SCRIPT)),
             threads,

@@ -21,8 +21,8 @@ pub struct Request {
 /// Every request logged in `dir`'s access log, timed from `start`.
 pub fn read(dir: &Path, start: SystemTime) -> Result<Vec<Request>> {
     let path = dir.join(FILE);
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
     let start_s = start.duration_since(SystemTime::UNIX_EPOCH)?.as_secs_f64();
     Ok(text.lines().filter_map(|l| parse(l, start_s)).collect())
 }

@@ -47,10 +47,7 @@ mod tests {
     #[test]
     fn only_held_connections_to_the_address_and_port_count() {
         let to = SocketAddrV4::new(Ipv4Addr::new(198, 18, 3, 2), 8080);
-        let remote = format!(
-            "{:08X}:1F90",
-            u32::from_ne_bytes([198, 18, 3, 2])
-        );
+        let remote = format!("{:08X}:1F90", u32::from_ne_bytes([198, 18, 3, 2]));
         let row = |state: &str, rem: &str| {
             format!("   0: 0100007F:A000 {rem} {state} 00000000:00000000 00:00000000 00000000     0        0 1 1 0 10 0")
         };

@@ -42,9 +42,8 @@ pub fn phase(requests: &[Request], ticks: &[Tick], (start, end): (f64, f64)) -> 
         .filter(|r| r.status != BAD_GATEWAY)
         .map(|r| (r.seconds * 1e6) as u64)
         .collect();
-    let mut latency_ms = |q| {
-        (!admitted_us.is_empty()).then(|| quantile(&mut admitted_us, q) as f64 / 1e3)
-    };
+    let mut latency_ms =
+        |q| (!admitted_us.is_empty()).then(|| quantile(&mut admitted_us, q) as f64 / 1e3);
     let readings: Vec<&Tick> = ticks
         .iter()
         .filter(|t| t.at_s >= start && t.at_s < end)
@@ -79,7 +78,10 @@ pub fn phase(requests: &[Request], ticks: &[Tick], (start, end): (f64, f64)) -> 
 /// Answers of `status` in each whole second from the start.
 pub fn per_second(requests: &[Request], status: u16, total_s: f64) -> Vec<u32> {
     let mut seconds = vec![0; total_s.ceil() as usize];
-    for r in requests.iter().filter(|r| r.status == status && r.at_s >= 0.0) {
+    for r in requests
+        .iter()
+        .filter(|r| r.status == status && r.at_s >= 0.0)
+    {
         if let Some(s) = seconds.get_mut(r.at_s as usize) {
             *s += 1;
         }
@@ -93,7 +95,11 @@ pub fn recovery_s(goodput: &[u32], restore_s: f64, healthy: f64) -> Option<f64> 
     let from = restore_s.floor() as usize;
     let good = |s: &u32| f64::from(*s) >= RECOVERED * healthy;
     (from..goodput.len())
-        .find(|&i| goodput[i..(i + RECOVERED_FOR_S).min(goodput.len())].iter().all(good))
+        .find(|&i| {
+            goodput[i..(i + RECOVERED_FOR_S).min(goodput.len())]
+                .iter()
+                .all(good)
+        })
         .map(|i| (i + 1) as f64 - restore_s)
 }
 

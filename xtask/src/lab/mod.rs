@@ -109,7 +109,11 @@ pub fn run(options: Options) -> Result<()> {
     for limited in [false, true] {
         eprintln!(
             "lab: pgbench, {}",
-            if limited { "limiter in prod" } else { "no limiter" }
+            if limited {
+                "limiter in prod"
+            } else {
+                "no limiter"
+            }
         );
         pg_runs.push(pgbench::run(&bins, pg_phases, &cluster, limited)?);
     }

@@ -123,7 +123,11 @@ pub fn pgbench(path: &Path, runs: &[PgRun]) -> Result<()> {
                         name: "tps",
                         colour: SERVED,
                         width: 2,
-                        points: run.progress.iter().map(|&(at, tps)| (at - 0.5, tps)).collect(),
+                        points: run
+                            .progress
+                            .iter()
+                            .map(|&(at, tps)| (at - 0.5, tps))
+                            .collect(),
                     }],
                 },
             ],
@@ -183,7 +187,12 @@ fn draw(path: &Path, title: &str, columns: &[Column]) -> Result<()> {
     for (area, column) in root.split_evenly((1, columns.len())).iter().zip(columns) {
         let (top, bottom) = area.split_vertically(HEIGHT / 2 - 20);
         let [upper, lower] = &column.panels;
-        panel(&top, &format!("{}: {}", column.label, upper.caption), upper, column.phases)?;
+        panel(
+            &top,
+            &format!("{}: {}", column.label, upper.caption),
+            upper,
+            column.phases,
+        )?;
         panel(&bottom, lower.caption, lower, column.phases)?;
     }
     root.present()?;

@@ -30,7 +30,9 @@ pub struct Cluster {
 
 impl Cluster {
     pub fn start(postgres: &Postgres) -> Result<Self> {
-        let dir = tempfile::Builder::new().prefix("limiter-lab-pg").tempdir()?;
+        let dir = tempfile::Builder::new()
+            .prefix("limiter-lab-pg")
+            .tempdir()?;
         let (uid, gid) = user_ids(USER)?;
         std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid))?;
         let data = dir.path().join("data");
@@ -44,9 +46,13 @@ impl Cluster {
             _dir: dir,
         };
         cluster.as_postgres(&postgres.program("initdb"), |cmd| {
-            cmd.arg("--pgdata")
-                .arg(&data)
-                .args(["--auth", "trust", "--username", USER, "--no-sync"]);
+            cmd.arg("--pgdata").arg(&data).args([
+                "--auth",
+                "trust",
+                "--username",
+                USER,
+                "--no-sync",
+            ]);
         })?;
         // Its socket file in its own directory, not in the system's /run/postgresql.
         let options = format!(
@@ -80,9 +86,15 @@ impl Cluster {
     /// One SQL statement, run with psql over TCP.
     pub fn sql(&self, statement: &str) -> Result<()> {
         let mut cmd = Command::new(self.bin.join("psql"));
-        cmd.args(["--quiet", "--no-psqlrc", "--set", "ON_ERROR_STOP=1", "--command"])
-            .arg(statement)
-            .args(self.connection_args());
+        cmd.args([
+            "--quiet",
+            "--no-psqlrc",
+            "--set",
+            "ON_ERROR_STOP=1",
+            "--command",
+        ])
+        .arg(statement)
+        .args(self.connection_args());
         process::output(cmd).map(drop)
     }
 

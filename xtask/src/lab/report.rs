@@ -100,6 +100,7 @@ impl Report<'_> {
         self.render_rig(&mut out, &rig);
         self.render_pgbench(&mut out);
         self.render_reading(&mut out);
+        render_running(&mut out);
         out
     }
 
@@ -387,4 +388,25 @@ impl Report<'_> {
             hold = figures::RECOVERED_FOR_S,
         );
     }
+}
+
+fn render_running(out: &mut String) {
+    let _ = writeln!(
+        out,
+        "\n## Running it\n\n\
+         As root:\n\n\
+         ```sh\n\
+         sudo apt-get install -y clang libbpf-dev bpftool iproute2 nginx wrk postgresql && sudo -E env \"PATH=$PATH\" cargo xtask lab\n\
+         ```\n\n\
+         It builds the agent in release, takes about ten minutes with the default phases \
+         (`--healthy`, `--incident`, `--recovery` and `--pgbench-phase` set them, in seconds), \
+         and replaces this file and its pictures (`--out` writes them elsewhere). nginx, wrk, \
+         PostgreSQL and pgbench are started by the lab with configurations of its own, never as \
+         the system's services. Every process, cgroup, network namespace, veth pair, temporary \
+         directory and pin it makes is removed however it ends (an error, Ctrl-C, SIGTERM), \
+         though not when it is killed with SIGKILL: then `limiter-test-lab-*` cgroups and a \
+         `limiter-test-*` namespace may be left. `cargo xtask lab --smoke` runs \
+         every run once for a few seconds with the debug build, and \
+         `xtask/tests/lab_smoke.rs` runs that in the test suite; the full lab is not part of it."
+    );
 }
