@@ -126,6 +126,8 @@ mod tests {
                 inflight: held as i64,
                 shed,
                 would_shed: 0,
+                baseline_ms: None,
+                p90_ms: None,
             }),
         }
     }

@@ -14,6 +14,7 @@ mod postgres;
 mod report;
 mod rig;
 mod sampler;
+mod series;
 mod tools;
 mod upstream;
 
@@ -23,10 +24,11 @@ use std::{
 };
 
 use anyhow::{Context, Result};
-use clap::Args;
+use clap::{Args, ValueEnum};
 
 use crate::bench::{self, binaries::Binaries, machine::Machine};
 use phases::Phases;
+use rig::Limiter;
 
 #[derive(Args)]
 pub struct Options {
@@ -49,6 +51,15 @@ pub struct Options {
     /// Seconds of each of pgbench's three phases (healthy, slow queries, healthy).
     #[arg(long, value_name = "SECS", default_value_t = 20)]
     pgbench_phase: u64,
+    /// The nginx rig's runs, in order (none of them: an empty value).
+    #[arg(long, value_enum, value_delimiter = ',', num_args = 0.., default_value = "none,prod,shadow")]
+    nginx: Vec<Limiter>,
+    /// pgbench's runs, in order.
+    #[arg(long, value_enum, value_delimiter = ',', num_args = 0.., default_value = "none,prod")]
+    pgbench: Vec<Limiter>,
+    /// Also write every run's readings as CSV files into this directory.
+    #[arg(long, value_name = "DIR")]
+    series: Option<PathBuf>,
 }
 
 impl Options {
@@ -92,30 +103,36 @@ pub fn run(options: Options) -> Result<()> {
     let command = if options.smoke {
         "cargo xtask lab --smoke".to_string()
     } else {
+        let runs = |runs: &[Limiter]| {
+            runs.iter()
+                .map(|r| r.to_possible_value().expect("no skipped variants").get_name().to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        };
         format!(
-            "cargo xtask lab --healthy {} --incident {} --recovery {} --pgbench-phase {}",
-            options.healthy, options.incident, options.recovery, options.pgbench_phase
+            "cargo xtask lab --healthy {} --incident {} --recovery {} --pgbench-phase {} \
+             --nginx {} --pgbench {}",
+            options.healthy,
+            options.incident,
+            options.recovery,
+            options.pgbench_phase,
+            runs(&options.nginx),
+            runs(&options.pgbench)
         )
     };
 
     let upstream = upstream::Upstream::start()?;
     let mut rig_runs = Vec::new();
-    for limiter in rig::Limiter::ALL {
+    for &limiter in &options.nginx {
         eprintln!("lab: nginx, {}", limiter.label());
         rig_runs.push(rig::run(&bins, rig_phases, limiter, &upstream)?);
     }
+    drop(upstream);
     let cluster = postgres::Cluster::start(&postgres)?;
     let mut pg_runs = Vec::new();
-    for limited in [false, true] {
-        eprintln!(
-            "lab: pgbench, {}",
-            if limited {
-                "limiter in prod"
-            } else {
-                "no limiter"
-            }
-        );
-        pg_runs.push(pgbench::run(&bins, pg_phases, &cluster, limited)?);
+    for &limiter in &options.pgbench {
+        eprintln!("lab: pgbench, {}", limiter.label());
+        pg_runs.push(pgbench::run(&bins, pg_phases, &cluster, limiter)?);
     }
     drop(cluster);
     machine.idle_after = Some(bench::machine::idle_percent()?);
@@ -128,6 +145,9 @@ pub fn run(options: Options) -> Result<()> {
         rig: "img/lab-nginx.svg".into(),
         pgbench: "img/lab-pgbench.svg".into(),
     };
+    if let Some(dir) = &options.series {
+        series::write(dir, &rig_runs, &pg_runs)?;
+    }
     plot::rig(&images.join("lab-nginx.svg"), &rig_runs)?;
     plot::pgbench(&images.join("lab-pgbench.svg"), &pg_runs)?;
     let markdown = report::Report {

@@ -14,6 +14,7 @@ use limiter_integration_tests::{TempFile, TestCgroup};
 use super::{
     phases::{Phase, Phases},
     postgres::Cluster,
+    rig::Limiter,
     sampler::{Sampler, Tick},
 };
 use crate::bench::{binaries::Binaries, process};
@@ -23,7 +24,7 @@ pub const SLOW_QUERY: Duration = Duration::from_millis(100);
 const SCRIPT: &str = "SELECT pg_sleep(delay) FROM lab_delay;\n";
 
 pub struct PgRun {
-    pub limited: bool,
+    pub limiter: Limiter,
     pub phases: Phases,
     pub tps: f64,
     pub transactions: u64,
@@ -35,7 +36,7 @@ pub struct PgRun {
     pub ticks: Vec<Tick>,
 }
 
-pub fn run(bins: &Binaries, phases: Phases, cluster: &Cluster, limited: bool) -> Result<PgRun> {
+pub fn run(bins: &Binaries, phases: Phases, cluster: &Cluster, limiter: Limiter) -> Result<PgRun> {
     let SocketAddr::V4(destination) = cluster.addr else {
         bail!("the cluster listens on IPv4");
     };
@@ -45,8 +46,9 @@ pub fn run(bins: &Binaries, phases: Phases, cluster: &Cluster, limited: bool) ->
     )?;
     let script = TempFile::new("lab-pgbench.sql", SCRIPT);
     let cgroup = TestCgroup::new("lab-pgbench");
-    let agent = limited
-        .then(|| bins.agent.start(&cgroup, &["--mode", "prod"]))
+    let agent = limiter
+        .agent_args()
+        .map(|args| bins.agent.start(&cgroup, &args))
         .transpose()?;
     let sampler = Sampler {
         agent: agent.as_ref().map(|_| (&bins.agent, &cgroup)),
@@ -98,7 +100,7 @@ pub fn run(bins: &Binaries, phases: Phases, cluster: &Cluster, limited: bool) ->
     let summary = Summary::parse(&stdout, &stderr)
         .with_context(|| format!("unexpected pgbench output:\n{stdout}\n{stderr}"))?;
     Ok(PgRun {
-        limited,
+        limiter,
         phases,
         tps: summary.tps,
         transactions: summary.transactions,

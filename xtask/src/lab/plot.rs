@@ -104,11 +104,7 @@ pub fn pgbench(path: &Path, runs: &[PgRun]) -> Result<()> {
     let columns = runs
         .iter()
         .map(|run| Column {
-            label: if run.limited {
-                "limiter in prod"
-            } else {
-                "no limiter"
-            },
+            label: run.limiter.label(),
             phases: run.phases,
             panels: [
                 Panel {
@@ -179,7 +175,11 @@ fn seconds(requests: &[Request], status: u16, total_s: f64) -> Vec<(f64, f64)> {
         .collect()
 }
 
+/// Nothing when there is no run to draw.
 fn draw(path: &Path, title: &str, columns: &[Column]) -> Result<()> {
+    if columns.is_empty() {
+        return Ok(());
+    }
     let width = COLUMN_WIDTH * u32::try_from(columns.len())?.max(1);
     let root = SVGBackend::new(path, (width, HEIGHT)).into_drawing_area();
     root.fill(&WHITE)?;

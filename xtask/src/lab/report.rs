@@ -234,12 +234,13 @@ impl Report<'_> {
             },
         );
         let _ = writeln!(out);
-        let unlimited = self.pgbench.iter().find(|r| !r.limited);
-        for run in self.pgbench.iter().filter(|r| r.limited) {
+        let unlimited = self.pgbench.iter().find(|r| r.limiter == Limiter::None);
+        for run in self.pgbench.iter().filter(|r| r.limiter != Limiter::None) {
             let _ = writeln!(
                 out,
-                "pgbench with the limiter: 0 aborted clients: {}; tps >= {PGBENCH_TPS} x the run \
-                 without it: {}.\n",
+                "pgbench, {}: 0 aborted clients: {}; tps >= {PGBENCH_TPS} x the run without a \
+                 limiter: {}.\n",
+                run.limiter.label(),
                 verdict(run.aborted == 0, format!("{} aborted", run.aborted)),
                 match unlimited {
                     Some(u) => verdict(
@@ -253,6 +254,9 @@ impl Report<'_> {
     }
 
     fn render_rig(&self, out: &mut String, rig: &[RigFigures]) {
+        if rig.is_empty() {
+            return;
+        }
         let _ = writeln!(
             out,
             "## nginx rig\n\n![limit, in-flight and goodput over time]({})\n",
@@ -306,6 +310,9 @@ impl Report<'_> {
     }
 
     fn render_pgbench(&self, out: &mut String) {
+        if self.pgbench.is_empty() {
+            return;
+        }
         let _ = writeln!(
             out,
             "## pgbench\n\n![limit, in-flight and throughput over time]({})\n\n\
@@ -331,11 +338,7 @@ impl Report<'_> {
             let _ = writeln!(
                 out,
                 "| {} | {:.1} | {} / {} / {} | {} | {} | {} | {} |",
-                if run.limited {
-                    "limiter in prod"
-                } else {
-                    "no limiter"
-                },
+                run.limiter.label(),
                 run.tps,
                 tps_in(Phase::Healthy),
                 tps_in(Phase::Incident),
@@ -352,11 +355,7 @@ impl Report<'_> {
             let _ = writeln!(
                 out,
                 "\npgbench said ({}):\n\n```\n{}\n```",
-                if run.limited {
-                    "limiter in prod"
-                } else {
-                    "no limiter"
-                },
+                run.limiter.label(),
                 run.abort_lines.join("\n")
             );
         }

@@ -32,7 +32,7 @@ pub const READ_TIMEOUT: Duration = Duration::from_secs(2);
 /// wrk waits longer than nginx, so that it sees nginx's 504s rather than timing out itself.
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Limiter {
     None,
     Prod,
@@ -40,8 +40,6 @@ pub enum Limiter {
 }
 
 impl Limiter {
-    pub const ALL: [Limiter; 3] = [Limiter::None, Limiter::Prod, Limiter::Shadow];
-
     pub fn label(self) -> &'static str {
         match self {
             Limiter::None => "no limiter",

@@ -28,6 +28,9 @@ pub struct Gauge {
     pub inflight: i64,
     pub shed: u64,
     pub would_shed: u64,
+    /// The latencies the controller compares, once it has them.
+    pub baseline_ms: Option<f64>,
+    pub p90_ms: Option<f64>,
 }
 
 pub struct Sampler<'a> {
@@ -71,6 +74,8 @@ fn gauge(row: &Value) -> Result<Gauge> {
         inflight: number("inflight")?,
         shed: number("shed")?.try_into()?,
         would_shed: number("would_shed")?.try_into()?,
+        baseline_ms: row["baseline_ms"].as_f64(),
+        p90_ms: row["p90_ms"].as_f64(),
     })
 }
 
@@ -82,7 +87,8 @@ mod tests {
     #[test]
     fn a_status_row_is_matched_by_address_and_port_and_read_as_a_gauge() {
         let row = json!({"address": "198.18.0.2", "port": 8080, "mode": "prod", "limit": 20,
-                         "inflight": 7, "shed": 3, "would_shed": 0});
+                         "inflight": 7, "shed": 3, "would_shed": 0, "baseline_ms": 30.5,
+                         "p90_ms": null});
         assert!(is(&row, "198.18.0.2:8080".parse().unwrap()));
         assert!(!is(&row, "198.18.0.2:8081".parse().unwrap()));
         assert_eq!(
@@ -91,7 +97,9 @@ mod tests {
                 limit: 20,
                 inflight: 7,
                 shed: 3,
-                would_shed: 0
+                would_shed: 0,
+                baseline_ms: Some(30.5),
+                p90_ms: None,
             }
         );
         assert!(gauge(&json!({"address": "198.18.0.2", "port": 8080})).is_err());
