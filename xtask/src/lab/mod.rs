@@ -105,7 +105,12 @@ pub fn run(options: Options) -> Result<()> {
     } else {
         let runs = |runs: &[Limiter]| {
             runs.iter()
-                .map(|r| r.to_possible_value().expect("no skipped variants").get_name().to_string())
+                .map(|r| {
+                    r.to_possible_value()
+                        .expect("no skipped variants")
+                        .get_name()
+                        .to_string()
+                })
                 .collect::<Vec<_>>()
                 .join(",")
         };

@@ -19,7 +19,10 @@ pub fn write(dir: &Path, rig: &[RigRun], pgbench: &[PgRun]) -> Result<()> {
         std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))
     };
     for run in rig {
-        save(format!("nginx-{}.csv", slug(run.limiter)), readings(&run.ticks))?;
+        save(
+            format!("nginx-{}.csv", slug(run.limiter)),
+            readings(&run.ticks),
+        )?;
         let total = run.phases.total().as_secs_f64();
         let columns = [200, BAD_GATEWAY, GATEWAY_TIMEOUT]
             .map(|status| figures::per_second(&run.requests, status, total));
@@ -35,7 +38,10 @@ pub fn write(dir: &Path, rig: &[RigRun], pgbench: &[PgRun]) -> Result<()> {
         save(format!("nginx-{}-answers.csv", slug(run.limiter)), text)?;
     }
     for run in pgbench {
-        save(format!("pgbench-{}.csv", slug(run.limiter)), readings(&run.ticks))?;
+        save(
+            format!("pgbench-{}.csv", slug(run.limiter)),
+            readings(&run.ticks),
+        )?;
     }
     Ok(())
 }
