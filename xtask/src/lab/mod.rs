@@ -7,6 +7,7 @@
 mod access_log;
 mod connections;
 mod figures;
+mod limiter;
 mod pgbench;
 mod phases;
 mod plot;
@@ -27,8 +28,8 @@ use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 
 use crate::bench::{self, binaries::Binaries, machine::Machine};
+use limiter::Limiter;
 use phases::Phases;
-use rig::Limiter;
 
 #[derive(Args)]
 pub struct Options {

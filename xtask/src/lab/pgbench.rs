@@ -12,10 +12,10 @@ use anyhow::{bail, ensure, Context, Result};
 use limiter_integration_tests::{TempFile, TestCgroup};
 
 use super::{
+    limiter::Limiter,
     phases::{Phase, Phases},
     postgres::Cluster,
-    rig::Limiter,
-    sampler::{Sampler, Tick},
+    sampler::Tick,
 };
 use crate::bench::{binaries::Binaries, process};
 
@@ -46,14 +46,7 @@ pub fn run(bins: &Binaries, phases: Phases, cluster: &Cluster, limiter: Limiter)
     )?;
     let script = TempFile::new("lab-pgbench.sql", SCRIPT);
     let cgroup = TestCgroup::new("lab-pgbench");
-    let agent = limiter
-        .agent_args()
-        .map(|args| bins.agent.start(&cgroup, &args))
-        .transpose()?;
-    let sampler = Sampler {
-        agent: agent.as_ref().map(|_| (&bins.agent, &cgroup)),
-        destination,
-    };
+    let (agent, sampler) = limiter.attach(bins, &cgroup, destination)?;
     let mut cmd = process::in_cgroup(&cgroup, &cluster.bin.join("pgbench"));
     cmd.args(["--no-vacuum", "--connect", "--progress", "1"])
         .args(["--client", &CLIENTS.to_string(), "--jobs", "2"])

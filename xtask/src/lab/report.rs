@@ -4,9 +4,10 @@ use std::fmt::Write as _;
 
 use super::{
     figures::{self, PhaseFigures},
+    limiter::Limiter,
     pgbench::{self, PgRun},
     phases::{Phase, Phases},
-    rig::{self, Limiter, RigRun},
+    rig::{self, RigRun},
     upstream,
 };
 use crate::bench::machine::{command_line, Machine};

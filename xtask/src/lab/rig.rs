@@ -13,8 +13,9 @@ use limiter_integration_tests::TestCgroup;
 
 use super::{
     access_log::{self, Request},
+    limiter::Limiter,
     phases::{Phase, Phases},
-    sampler::{Sampler, Tick},
+    sampler::Tick,
     upstream::{self, Upstream},
 };
 use crate::bench::{
@@ -31,32 +32,6 @@ pub const THINK: Duration = Duration::from_millis(250);
 pub const READ_TIMEOUT: Duration = Duration::from_secs(2);
 /// wrk waits longer than nginx, so that it sees nginx's 504s rather than timing out itself.
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Limiter {
-    None,
-    Prod,
-    Shadow,
-}
-
-impl Limiter {
-    pub fn label(self) -> &'static str {
-        match self {
-            Limiter::None => "no limiter",
-            Limiter::Prod => "limiter in prod",
-            Limiter::Shadow => "limiter in shadow",
-        }
-    }
-
-    /// The agent's flags: its defaults but for the mode.
-    pub fn agent_args(self) -> Option<[&'static str; 2]> {
-        match self {
-            Limiter::None => None,
-            Limiter::Prod => Some(["--mode", "prod"]),
-            Limiter::Shadow => Some(["--mode", "shadow"]),
-        }
-    }
-}
 
 pub struct RigRun {
     pub limiter: Limiter,
@@ -83,14 +58,7 @@ pub fn run(bins: &Binaries, phases: Phases, limiter: Limiter, up: &Upstream) -> 
         location: &location,
     }
     .start(&cgroup)?;
-    let agent = limiter
-        .agent_args()
-        .map(|args| bins.agent.start(&cgroup, &args))
-        .transpose()?;
-    let sampler = Sampler {
-        agent: agent.as_ref().map(|_| (&bins.agent, &cgroup)),
-        destination,
-    };
+    let (agent, sampler) = limiter.attach(bins, &cgroup, destination)?;
     let wrk = Wrk::with_think_time(WRK_THREADS, CLIENTS, THINK, CLIENT_TIMEOUT);
     let (started, wall_start) = (Instant::now(), SystemTime::now());
     let load = wrk.start(&format!("http://{}/", nginx.addr), phases.total())?;

@@ -7,8 +7,9 @@ use anyhow::{Context, Result};
 
 use super::{
     figures::{self, BAD_GATEWAY, GATEWAY_TIMEOUT},
+    limiter::Limiter,
     pgbench::PgRun,
-    rig::{Limiter, RigRun},
+    rig::RigRun,
     sampler::Tick,
 };
 
