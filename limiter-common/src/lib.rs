@@ -214,6 +214,8 @@ pub struct LimiterEvent {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LimiterSignal {
     pub ts_ns: u64,
+    /// The latency (sample), the handshake time (handshake), or how long the request had
+    /// waited when it ended (error, gave up); 0 otherwise.
     pub value_ns: u64,
     pub dest: DestKey,
     pub kind: u32,

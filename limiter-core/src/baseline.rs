@@ -32,6 +32,23 @@ impl Baseline {
         self.value.filter(|_| !self.warming_up)
     }
 
+    /// The upstream's saturation throughput, when the newest windows show one.
+    pub fn plateau_throughput(&self) -> Option<f64> {
+        self.evidence.plateau_throughput()
+    }
+
+    /// Whether lowering in-flight in the newest windows left the latency where it was.
+    pub fn latency_ignored_a_cut(&self) -> bool {
+        self.evidence.latency_ignored_a_cut()
+    }
+
+    /// Takes `latency` as the no-load latency at once: the upstream's own service time, as
+    /// lowering our concurrency showed. The evidence is spent.
+    pub fn follow(&mut self, latency: f64) {
+        self.value = Some(latency);
+        self.evidence.clear();
+    }
+
     /// Whether the newest windows show our own concurrency queueing at the upstream.
     pub fn shows_self_queueing(&self) -> bool {
         self.evidence.shows_self_queueing()
@@ -82,6 +99,7 @@ mod tests {
             inflight,
             throughput: inflight / latency,
             latency,
+            bound: false,
         })
     }
 

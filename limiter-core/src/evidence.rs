@@ -87,6 +87,9 @@ pub struct EvidencePoint {
     pub throughput: f64,
     /// The window's p90 latency.
     pub latency: f64,
+    /// The limit refused connects in the window: in-flight was the limit's, not the
+    /// clients' choice.
+    pub bound: bool,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -94,7 +97,21 @@ struct LogPoint {
     inflight: f32,
     throughput: f32,
     latency: f32,
+    bound: bool,
 }
+
+/// Windows searched for the upstream's throughput plateau.
+const PLATEAU_WINDOWS: usize = 10;
+/// More in-flight by this factor that bought no more than [`PLATEAU_GAIN`] throughput but
+/// [`PLATEAU_QUEUE`] more latency: the upstream was saturated.
+const PLATEAU_INFLIGHT: f64 = 1.2;
+const PLATEAU_GAIN: f64 = 1.1;
+const PLATEAU_QUEUE: f64 = 1.1;
+/// Windows back in which a lowering of in-flight by [`FLAT_CUT`] is looked for...
+const FLAT_WINDOWS: usize = 3;
+const FLAT_CUT: f64 = 0.85;
+/// ...that left the latency at least at this share of what it was.
+const FLAT_LATENCY: f64 = 0.9;
 
 /// The last [`CORRELATION_WINDOWS`] windows, oldest overwritten first.
 #[derive(Clone, Debug)]
@@ -121,6 +138,7 @@ impl Evidence {
             inflight: p.inflight.max(1.0).ln() as f32,
             throughput: p.throughput.max(f64::MIN_POSITIVE).ln() as f32,
             latency: p.latency.max(1.0).ln() as f32,
+            bound: p.bound,
         };
         self.next = (self.next + 1) % CORRELATION_WINDOWS;
         self.len = (self.len + 1).min(CORRELATION_WINDOWS);
@@ -160,6 +178,45 @@ impl Evidence {
         })
     }
 
+    /// The upstream's saturation throughput, if the newest windows show it: two windows where
+    /// the limit bound in-flight, the one with more in-flight buying latency and no
+    /// throughput. Then the highest throughput a bound window delivered, per second.
+    pub fn plateau_throughput(&self) -> Option<f64> {
+        let bound: Vec<&LogPoint> = self
+            .newest_first()
+            .take(PLATEAU_WINDOWS)
+            .filter(|p| p.bound)
+            .collect();
+        let (more, gain, queue) = (
+            PLATEAU_INFLIGHT.ln() as f32,
+            PLATEAU_GAIN.ln() as f32,
+            PLATEAU_QUEUE.ln() as f32,
+        );
+        let saturated = bound.iter().any(|hi| {
+            bound.iter().any(|lo| {
+                hi.inflight >= lo.inflight + more
+                    && hi.throughput <= lo.throughput + gain
+                    && hi.latency >= lo.latency + queue
+            })
+        });
+        let best = bound.iter().map(|p| p.throughput).reduce(f32::max)?;
+        saturated.then(|| f64::from(best).exp())
+    }
+
+    /// Whether the limit lowered in-flight in the newest windows (the higher window was
+    /// bound by it, not by the clients) without lowering the latency: what latency remains
+    /// is the upstream's own.
+    pub fn latency_ignored_a_cut(&self) -> bool {
+        let mut newest_first = self.newest_first();
+        let Some(newest) = newest_first.next() else {
+            return false;
+        };
+        let (cut, kept) = ((1.0 / FLAT_CUT).ln() as f32, FLAT_LATENCY.ln() as f32);
+        newest_first.take(FLAT_WINDOWS).any(|p| {
+            p.bound && p.inflight >= newest.inflight + cut && newest.latency >= p.latency + kept
+        })
+    }
+
     /// Whether, over the newest windows, latency rose and fell with in-flight while throughput
     /// did not: our own concurrency is queueing at the upstream. This holds even when the
     /// baseline itself was learned under load (a saturated start), which the queue estimate
@@ -184,6 +241,7 @@ mod tests {
                 inflight,
                 throughput: inflight / latency,
                 latency,
+                bound: true,
             });
         }
     }

@@ -16,6 +16,7 @@ mod evidence;
 mod filter;
 mod guard;
 pub mod quantile;
+mod slow_start;
 mod window;
 
 pub use algorithms::{AnyAlgorithm, LatencyView, LimitAlgorithm, Verdict};
@@ -27,8 +28,13 @@ pub use controller::DestinationController;
 pub enum Outcome {
     /// The upstream failed the request (reset while awaiting a response, connect refused).
     Error,
-    /// The request timed out (connect timeout, or the client gave up while awaiting a response).
+    /// The connect timed out.
     Timeout,
+    /// The client closed the connection while awaiting a response, `waited_ns` after the
+    /// request started. A wait longer than the destination normally takes is the client
+    /// giving up (a timeout); a shorter one is a goodbye: a last message that gets no reply
+    /// (PostgreSQL Terminate, MySQL COM_QUIT), which says nothing about the destination.
+    GaveUp { waited_ns: u64 },
     /// The limiter itself refused the request: contributes nothing to the estimate.
     Shed,
 }

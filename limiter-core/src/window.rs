@@ -40,6 +40,11 @@ pub struct WindowSummary {
     pub peak_inflight: u32,
     /// Whether the latencies differ at all; identical latencies carry no evidence of health.
     pub dispersed: bool,
+    /// Mean latency of the window's samples (Little's law wants the mean, not the p90).
+    pub mean_latency_ns: f64,
+    /// Connects the limit refused: demand went beyond the limit, so in-flight was not the
+    /// clients' choice but the limit's.
+    pub sheds: u32,
 }
 
 impl WindowSummary {
@@ -73,6 +78,8 @@ pub struct Windows {
     max_latency_ns: u64,
     inflight_sum: u64,
     peak_inflight: u32,
+    latency_sum: u64,
+    sheds: u32,
 }
 
 impl Windows {
@@ -90,6 +97,8 @@ impl Windows {
             max_latency_ns: 0,
             inflight_sum: 0,
             peak_inflight: 0,
+            latency_sum: 0,
+            sheds: 0,
         }
     }
 
@@ -102,15 +111,23 @@ impl Windows {
         self.max_latency_ns = self.max_latency_ns.max(latency_ns);
         self.inflight_sum = self.inflight_sum.saturating_add(u64::from(inflight));
         self.peak_inflight = self.peak_inflight.max(inflight);
+        self.latency_sum = self.latency_sum.saturating_add(latency_ns);
     }
 
-    /// Adds an outcome; a shed request contributes nothing.
+    /// Adds an outcome; a shed request contributes nothing, and a client's close counts only
+    /// once the controller has judged it a timeout (see `DestinationController`).
     pub fn record_outcome(&mut self, outcome: Outcome) {
         match outcome {
             Outcome::Error => self.errors = self.errors.saturating_add(1),
             Outcome::Timeout => self.timeouts = self.timeouts.saturating_add(1),
-            Outcome::Shed => {}
+            Outcome::Shed => self.sheds = self.sheds.saturating_add(1),
+            Outcome::GaveUp { .. } => {}
         }
+    }
+
+    /// The slowest latency of the open window, if it has a sample.
+    pub fn slowest(&self) -> Option<u64> {
+        (self.samples > 0).then_some(self.max_latency_ns)
     }
 
     fn events(&self) -> u32 {
@@ -173,6 +190,12 @@ impl Windows {
             dispersed: self.samples < 2
                 || (self.max_latency_ns - self.min_latency_ns) as f64
                     > self.max_latency_ns as f64 * DEGENERATE_SPREAD,
+            mean_latency_ns: if self.samples == 0 {
+                0.0
+            } else {
+                self.latency_sum as f64 / f64::from(self.samples)
+            },
+            sheds: self.sheds,
         };
         self.histogram.reset();
         self.start_ns = now_ns;
@@ -183,6 +206,8 @@ impl Windows {
         self.max_latency_ns = 0;
         self.inflight_sum = 0;
         self.peak_inflight = 0;
+        self.latency_sum = 0;
+        self.sheds = 0;
         Some(summary)
     }
 }

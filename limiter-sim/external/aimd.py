@@ -7,6 +7,7 @@ It reads the simulator's events on stdin and answers every tick with a limit:
     init <initial> <min> <max>
     sample <now_ns> <latency_ns> <inflight>
     outcome <now_ns> error|timeout|shed
+    outcome <now_ns> gave_up <waited_ns>   (the client closed while awaiting a response)
     tick <now_ns>                          -> answer one line: the limit
 
 Run it with:
@@ -19,6 +20,7 @@ import sys
 def main() -> None:
     limit = minimum = maximum = 0
     busy = failed = False
+    fastest = None  # the quickest answer seen: a close sooner than that is a goodbye
     for line in sys.stdin:
         word, *args = line.split()
         if word == "init":
@@ -26,8 +28,11 @@ def main() -> None:
         elif word == "sample":
             # Busy: the request found the destination at least half full.
             busy = busy or 2 * int(args[2]) >= limit
+            latency = int(args[1])
+            fastest = latency if fastest is None else min(fastest, latency)
         elif word == "outcome":
-            failed = failed or args[1] in ("error", "timeout")
+            gave_up = args[1] == "gave_up" and (fastest is None or int(args[2]) > fastest)
+            failed = failed or args[1] in ("error", "timeout") or gave_up
         elif word == "tick":
             if failed:
                 limit = int(limit * 0.9)

@@ -1,5 +1,5 @@
-//! What the clients send: request classes with their service-time distribution and the
-//! load that drives them.
+//! What the clients send: request classes with their service-time distribution, the load
+//! that drives them and how the client behaves on its connections.
 
 use rand::Rng;
 use rand_distr::{Distribution, Exp, StandardNormal};
@@ -36,6 +36,12 @@ impl Service {
         self.median_s * (self.sigma * self.sigma / 2.0).exp() + self.hold_s
     }
 
+    /// The healthy 90th percentile of the time to first byte.
+    pub fn p90_s(&self) -> f64 {
+        const Z90: f64 = 1.281_551_6;
+        self.median_s * (self.sigma * Z90).exp()
+    }
+
     /// Time to the first byte of one request, under a latency factor.
     pub fn draw(&self, rng: &mut impl Rng, factor: f64) -> Nanos {
         let z: f64 = StandardNormal.sample(rng);
@@ -48,9 +54,39 @@ impl Service {
 pub enum Load {
     /// Open loop: Poisson arrivals at a rate, whatever happens to earlier requests.
     Poisson { per_s: f64 },
-    /// Closed loop: N workers, each sending its next request as soon as the previous one
-    /// ends, and retrying after a pause when the limiter refuses it.
-    Closed { workers: u32, retry_after_s: f64 },
+    /// Closed loop: N workers, each sending its next request when the previous one ends.
+    Closed(ClosedLoop),
+    /// `size` requests at once every `every_s`, the first at `first_s` (a batch job, a
+    /// fan-out): the demand a pool has to grow for.
+    Bursts {
+        size: u32,
+        every_s: f64,
+        first_s: f64,
+    },
+}
+
+/// N workers, each sending its next request `think_s` after the previous one ends, and
+/// `retry_after_s` after the limiter refused it.
+#[derive(Clone, Debug)]
+pub struct ClosedLoop {
+    pub workers: u32,
+    pub retry_after_s: f64,
+    pub think_s: f64,
+    /// Every worker sends its first request at the start of the run (a burst on attach),
+    /// instead of staggered over the first second.
+    pub at_once: bool,
+}
+
+impl Load {
+    /// `workers` closed-loop workers with no think time, staggered over the first second.
+    pub fn closed(workers: u32, retry_after_s: f64) -> Self {
+        Load::Closed(ClosedLoop {
+            workers,
+            retry_after_s,
+            think_s: 0.0,
+            at_once: false,
+        })
+    }
 }
 
 /// The gap to the next arrival of a Poisson process at `per_s`.
@@ -59,9 +95,35 @@ pub fn poisson_gap(per_s: f64, rng: &mut impl Rng) -> Nanos {
     secs(exp.sample(rng))
 }
 
-/// One kind of request and the load that sends it.
+/// How a client uses its connections.
+#[derive(Clone, Debug, Default)]
+pub struct Client {
+    /// The client gives up on a request with no first byte after this long and closes the
+    /// connection (its read timeout); the upstream finishes the work all the same.
+    pub deadline_s: Option<f64>,
+    /// Every connection ends with a last message that gets no reply (PostgreSQL
+    /// Terminate, MySQL COM_QUIT), sent this long before the close.
+    pub goodbye_s: Option<f64>,
+    /// Requests go over a keep-alive pool that keeps up to this many idle connections
+    /// open; a request finding none idle opens a new connection.
+    pub keep_idle: Option<u32>,
+}
+
+/// One kind of request, the load that sends it and the client that sends it.
 #[derive(Clone, Debug)]
 pub struct RequestClass {
     pub service: Service,
     pub load: Load,
+    pub client: Client,
+}
+
+impl RequestClass {
+    /// A plain client: a connection per request, no deadline, no goodbye.
+    pub fn new(service: Service, load: Load) -> Self {
+        Self {
+            service,
+            load,
+            client: Client::default(),
+        }
+    }
 }

@@ -78,14 +78,13 @@ pub fn around(of: f64, fraction: f64) -> Bound {
     Bound::Within(of * (1.0 - fraction), of * (1.0 + fraction))
 }
 
-/// The limit settles on `target` concurrency and holds it, with at least 90 % of the
-/// throughput `target` allows: median within +-20 % of the target, the 5th..95th
-/// percentiles within +-20 % of that median.
+/// The limit settles at `median` and holds it, with at least 90 % of the throughput
+/// `rate`: the 5th..95th percentiles within +-20 % of the median.
 pub fn holds(
     label: &str,
     trace: &Trace,
     phase: (Nanos, Nanos),
-    target: f64,
+    median_bound: Bound,
     rate: f64,
 ) -> Vec<Criterion> {
     let (from, to) = phase;
@@ -99,11 +98,7 @@ pub fn holds(
         f64::INFINITY
     };
     vec![
-        Criterion::new(
-            format!("{label}: median limit"),
-            median,
-            around(target, 0.2),
-        ),
+        Criterion::new(format!("{label}: median limit"), median, median_bound),
         Criterion::new(
             format!("{label}: limit p5..p95 from median (%)"),
             spread,
@@ -115,6 +110,25 @@ pub fn holds(
             Bound::AtLeast(0.9 * rate),
         ),
     ]
+}
+
+/// How much limit was taken away over `phase` at updates falling in seconds whose p90 was
+/// at most `baseline_p90_s`: the sum of every decrease while the latency was at its
+/// baseline, where a limiter has no reason to lower it.
+pub fn falls_at_baseline(trace: &Trace, phase: (Nanos, Nanos), baseline_p90_s: f64) -> f64 {
+    let mut lost = 0.0;
+    let mut previous = trace.limit_at(phase.0);
+    for tick in trace.ticks_in(phase.0, phase.1) {
+        let at_baseline = trace
+            .second_at(tick.at)
+            .and_then(|s| s.p90_s)
+            .is_some_and(|p90| p90 <= baseline_p90_s);
+        if at_baseline && tick.limit < previous {
+            lost += f64::from(previous - tick.limit);
+        }
+        previous = tick.limit;
+    }
+    lost
 }
 
 /// The 5th and 95th percentiles of the limit over `phase` both lie within `bound`.

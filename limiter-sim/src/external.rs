@@ -7,6 +7,7 @@
 //! init <initial> <min> <max>
 //! sample <now_ns> <latency_ns> <inflight>
 //! outcome <now_ns> error|timeout|shed
+//! outcome <now_ns> gave_up <waited_ns>
 //! tick <now_ns>                        <limit>
 //! ```
 
@@ -103,12 +104,14 @@ impl Controller for ExternalController {
     }
 
     fn on_outcome(&mut self, now_ns: u64, outcome: Outcome) {
-        let name = match outcome {
-            Outcome::Error => "error",
-            Outcome::Timeout => "timeout",
-            Outcome::Shed => "shed",
-        };
-        self.send(format_args!("outcome {now_ns} {name}"));
+        match outcome {
+            Outcome::Error => self.send(format_args!("outcome {now_ns} error")),
+            Outcome::Timeout => self.send(format_args!("outcome {now_ns} timeout")),
+            Outcome::Shed => self.send(format_args!("outcome {now_ns} shed")),
+            Outcome::GaveUp { waited_ns } => {
+                self.send(format_args!("outcome {now_ns} gave_up {waited_ns}"))
+            }
+        }
     }
 
     fn update(&mut self, now_ns: u64) -> u32 {

@@ -23,9 +23,11 @@ pub mod report;
 pub mod scenarios;
 pub mod schedule;
 pub mod scorecard;
+pub mod sweep;
 pub mod trace;
 pub mod upstream;
 
 pub use algorithm::AlgorithmChoice;
 pub use cli::{run, SimulateArgs, DEFAULT_SEED};
 pub use scorecard::{expected_failure, scorecard, EXPECTED_FAILURES};
+pub use sweep::{sweep, SeedFailure};

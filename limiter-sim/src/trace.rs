@@ -17,6 +17,8 @@ pub struct Second {
     /// Requests that ended well (last byte received, connection closed).
     pub completed: u32,
     pub failed: u32,
+    /// Requests whose client gave up at its deadline.
+    pub timed_out: u32,
     pub shed: u32,
     /// The highest in-flight count reached in this second.
     pub peak_inflight: u32,
@@ -68,6 +70,14 @@ impl Trace {
         self.seconds_in(from, to).iter().map(|s| s.shed).sum()
     }
 
+    /// Requests that failed or whose client gave up at its deadline.
+    pub fn failed_or_timed_out(&self, from: Nanos, to: Nanos) -> u32 {
+        self.seconds_in(from, to)
+            .iter()
+            .map(|s| s.failed + s.timed_out)
+            .sum()
+    }
+
     /// Successful completions per second over [from, to).
     pub fn goodput(&self, from: Nanos, to: Nanos) -> f64 {
         let seconds = self.seconds_in(from, to);
@@ -85,7 +95,22 @@ impl Trace {
         quantile(&medians, 0.5).unwrap_or(f64::NAN)
     }
 
-    fn ticks_in(&self, from: Nanos, to: Nanos) -> impl Iterator<Item = &Tick> {
+    /// The median of the per-second p90 latencies over (from, to): NaN without samples.
+    pub fn typical_p90(&self, (from, to): (Nanos, Nanos)) -> f64 {
+        let p90s: Vec<f64> = self
+            .seconds_in(from, to)
+            .iter()
+            .filter_map(|s| s.p90_s)
+            .collect();
+        quantile(&p90s, 0.5).unwrap_or(f64::NAN)
+    }
+
+    /// The second a point in time falls in, if the run lasted that long.
+    pub fn second_at(&self, at: Nanos) -> Option<&Second> {
+        self.seconds.get((at / NANOS_PER_SEC) as usize)
+    }
+
+    pub fn ticks_in(&self, from: Nanos, to: Nanos) -> impl Iterator<Item = &Tick> {
         self.ticks.iter().filter(move |t| t.at >= from && t.at < to)
     }
 
@@ -167,6 +192,12 @@ impl Recorder {
             second.completed += 1;
         }
         self.breaker.record(at, duration);
+    }
+
+    /// A client gave up on a request after `waited`, closing its connection.
+    pub fn timed_out(&mut self, at: Nanos, waited: Nanos) {
+        self.second(at).timed_out += 1;
+        self.breaker.record(at, waited);
     }
 
     pub fn finish(mut self) -> Trace {

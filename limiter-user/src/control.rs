@@ -65,7 +65,8 @@ impl ControlLoop {
                 return;
             }
             Signal::ConnectRefused | Signal::Error => Outcome::Error,
-            Signal::ConnectTimeout | Signal::GaveUp => Outcome::Timeout,
+            Signal::ConnectTimeout => Outcome::Timeout,
+            Signal::GaveUp { waited_ns } => Outcome::GaveUp { waited_ns },
             Signal::Handshake { .. } => return,
         };
         self.managed(ev.dest, ev.ts_ns, None)

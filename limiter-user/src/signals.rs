@@ -20,8 +20,10 @@ pub enum Signal {
     ConnectTimeout,
     /// Reset or closed by the peer while awaiting a response.
     Error,
-    /// Closed locally while awaiting a response: the client gave up (its timeout).
-    GaveUp,
+    /// Closed locally while awaiting a response, `waited_ns` after the request started:
+    /// the client gave up (its timeout), or said goodbye with a last message that gets no
+    /// reply. The controller tells the two apart.
+    GaveUp { waited_ns: u64 },
     /// Connect to established (informational).
     Handshake { rtt_ns: u64 },
 }
@@ -33,7 +35,7 @@ impl Signal {
             Signal::ConnectRefused => "connect_refused",
             Signal::ConnectTimeout => "connect_timeout",
             Signal::Error => "error",
-            Signal::GaveUp => "gave_up",
+            Signal::GaveUp { .. } => "gave_up",
             Signal::Handshake { .. } => "handshake",
         }
     }
@@ -47,7 +49,9 @@ impl Signal {
             SIGNAL_CONNECT_REFUSED => Signal::ConnectRefused,
             SIGNAL_CONNECT_TIMEOUT => Signal::ConnectTimeout,
             SIGNAL_ERROR => Signal::Error,
-            SIGNAL_GAVE_UP => Signal::GaveUp,
+            SIGNAL_GAVE_UP => Signal::GaveUp {
+                waited_ns: raw.value_ns,
+            },
             SIGNAL_HANDSHAKE => Signal::Handshake {
                 rtt_ns: raw.value_ns,
             },
@@ -132,8 +136,8 @@ mod tests {
         );
         assert_eq!(Signal::decode(&raw(SIGNAL_ERROR, 0)), Some(Signal::Error));
         assert_eq!(
-            Signal::decode(&raw(SIGNAL_GAVE_UP, 0)),
-            Some(Signal::GaveUp)
+            Signal::decode(&raw(SIGNAL_GAVE_UP, 11)),
+            Some(Signal::GaveUp { waited_ns: 11 })
         );
         assert_eq!(
             Signal::decode(&raw(SIGNAL_HANDSHAKE, 9)),

@@ -107,7 +107,7 @@ static __always_inline void on_ingress(struct sock_state *ss, const struct tcp_s
 	} else if (seg->rst || seg->fin) {
 		/* The peer hung up on an outstanding request. */
 		ss->phase = LIMITER_PHASE_IDLE;
-		emit_signal(ss, LIMITER_SIGNAL_ERROR, 0, 0);
+		emit_signal(ss, LIMITER_SIGNAL_ERROR, bpf_ktime_get_ns() - ss->request_ns, 0);
 	}
 }
 
@@ -124,13 +124,15 @@ static __always_inline void connect_failed(struct sock_state *ss)
 	emit_signal(ss, kind, 0, 0);
 }
 
-/* The socket is done; an outstanding request ends with `kind`. */
+/* The socket is done; an outstanding request ends with `kind`, reporting how long it had
+ * waited: a client's close microseconds after its last send is a goodbye (PostgreSQL
+ * Terminate, MySQL COM_QUIT) and only user space knows what the destination normally takes. */
 static __always_inline void request_ended(struct sock_state *ss, __u32 kind)
 {
 	if (ss->phase != LIMITER_PHASE_AWAITING)
 		return;
 	ss->phase = LIMITER_PHASE_IDLE;
-	emit_signal(ss, kind, 0, 0);
+	emit_signal(ss, kind, bpf_ktime_get_ns() - ss->request_ns, 0);
 }
 
 #endif /* LIMITER_SIGNAL_H */

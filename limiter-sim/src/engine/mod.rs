@@ -2,8 +2,9 @@
 //! controller, advanced in virtual time.
 //!
 //! The controller is fed exactly what the kernel produces: time to first byte with the
-//! in-flight count taken when the request was admitted, and outcomes (error, shed).
-//! It is updated on the same 100 ms timer the agent uses.
+//! in-flight count (connections) when the request started, and outcomes (error, shed, and
+//! a client's close while awaiting a response with how long it had waited). It is updated
+//! on the same 100 ms timer the agent uses.
 
 mod queue;
 
@@ -41,14 +42,21 @@ enum Event {
     Close(RequestId),
     /// The upstream's capacity changes: queued requests may start.
     Capacity,
+    /// A client's deadline for request `serial` (ids are reused, serials are not).
+    Deadline { id: RequestId, serial: u64 },
+    /// A burst of requests of `class`.
+    Burst { class: usize },
 }
 
 struct Request {
     class: usize,
     worker: Option<u32>,
+    serial: u64,
     sent: Nanos,
     inflight_at_start: u32,
     fails: bool,
+    /// The client closed its connection at its deadline; the upstream still works on it.
+    abandoned: bool,
 }
 
 /// Runs `setup` to its end with `controller` setting the limit, and returns what happened.
@@ -70,6 +78,10 @@ struct Sim<'a> {
     controller: &'a mut dyn Controller,
     requests: Vec<Option<Request>>,
     free_ids: Vec<RequestId>,
+    serial: u64,
+    /// Idle keep-alive connections to the destination: open, counted in flight, carrying
+    /// nothing, shared by the classes that pool.
+    idle: u32,
     recorder: Recorder,
 }
 
@@ -88,6 +100,8 @@ impl<'a> Sim<'a> {
             controller,
             requests: Vec::new(),
             free_ids: Vec::new(),
+            serial: 0,
+            idle: 0,
             recorder: Recorder::new(end),
         };
         sim.recorder.tick(0, sim.admission.limit(), 0);
@@ -95,9 +109,9 @@ impl<'a> Sim<'a> {
             sim.events.push(at, Event::Capacity);
         }
         for (class, spec) in setup.classes.iter().enumerate() {
-            match spec.load {
+            match &spec.load {
                 Load::Poisson { per_s } => {
-                    let at = poisson_gap(per_s, &mut sim.rng);
+                    let at = poisson_gap(*per_s, &mut sim.rng);
                     sim.events.push(
                         at,
                         Event::Send {
@@ -106,13 +120,21 @@ impl<'a> Sim<'a> {
                         },
                     );
                 }
-                Load::Closed { workers, .. } => {
-                    // Staggered over the first second so the clients do not start in lockstep.
-                    for worker in 0..workers {
-                        let at = sim.rng.random_range(0..secs(1.0));
+                Load::Closed(closed) => {
+                    for worker in 0..closed.workers {
+                        // Staggered over the first second so the clients do not start in
+                        // lockstep, unless the scenario is a burst on attach.
+                        let at = if closed.at_once {
+                            0
+                        } else {
+                            sim.rng.random_range(0..secs(1.0))
+                        };
                         let worker = Some(worker);
                         sim.events.push(at, Event::Send { class, worker });
                     }
+                }
+                Load::Bursts { first_s, .. } => {
+                    sim.events.push(secs(*first_s), Event::Burst { class });
                 }
             }
         }
@@ -141,6 +163,8 @@ impl<'a> Sim<'a> {
                 Event::Served(id) => self.served(id),
                 Event::Close(id) => self.end_request(id, false),
                 Event::Capacity => self.start_ready(),
+                Event::Deadline { id, serial } => self.deadline(id, serial),
+                Event::Burst { class } => self.burst(class),
             }
         }
     }
@@ -152,28 +176,53 @@ impl<'a> Sim<'a> {
             .tick(self.now, limit, self.admission.inflight());
     }
 
+    fn burst(&mut self, class: usize) {
+        let Load::Bursts { size, every_s, .. } = self.setup.classes[class].load else {
+            unreachable!("a burst event for a class without bursts");
+        };
+        self.events
+            .push(self.now + secs(every_s), Event::Burst { class });
+        for _ in 0..size {
+            self.send(class, None);
+        }
+    }
+
+    /// A connection for a request of `class`: an idle pooled one, or a new connect that
+    /// the limit may refuse. Returns the in-flight count the request starts with.
+    fn connection(&mut self, class: usize) -> Option<u32> {
+        let pools = self.setup.classes[class].client.keep_idle.is_some();
+        if pools && self.idle > 0 {
+            self.idle -= 1;
+            return Some(self.admission.inflight());
+        }
+        self.admission.try_admit()
+    }
+
     fn send(&mut self, class: usize, worker: Option<u32>) {
-        let load = &self.setup.classes[class].load;
-        if let Load::Poisson { per_s } = *load {
+        let spec = &self.setup.classes[class];
+        if let Load::Poisson { per_s } = spec.load {
             let at = self.now + poisson_gap(per_s, &mut self.rng);
             self.events.push(at, Event::Send { class, worker });
         }
-        let Some(inflight) = self.admission.try_admit() else {
+        let Some(inflight) = self.connection(class) else {
             self.controller.on_outcome(self.now, Outcome::Shed);
             self.recorder.shed(self.now);
-            if let Load::Closed { retry_after_s, .. } = *load {
-                let at = self.now + secs(retry_after_s);
+            if let Load::Closed(closed) = &spec.load {
+                let at = self.now + secs(closed.retry_after_s);
                 self.events.push(at, Event::Send { class, worker });
             }
             return;
         };
         self.recorder.admitted(self.now, inflight);
+        self.serial += 1;
         let request = Request {
             class,
             worker,
+            serial: self.serial,
             sent: self.now,
             inflight_at_start: inflight,
             fails: false,
+            abandoned: false,
         };
         let id = match self.free_ids.pop() {
             Some(id) => {
@@ -185,6 +234,11 @@ impl<'a> Sim<'a> {
                 self.requests.len() - 1
             }
         };
+        if let Some(deadline_s) = spec.client.deadline_s {
+            let serial = self.serial;
+            self.events
+                .push(self.now + secs(deadline_s), Event::Deadline { id, serial });
+        }
         self.upstream.enqueue(id);
         self.start_ready();
     }
@@ -204,6 +258,13 @@ impl<'a> Sim<'a> {
 
     fn served(&mut self, id: RequestId) {
         let request = self.requests[id].as_ref().expect("a live request");
+        if request.abandoned {
+            self.requests[id] = None;
+            self.free_ids.push(id);
+            self.upstream.release();
+            self.start_ready();
+            return;
+        }
         if request.fails {
             self.controller.on_outcome(self.now, Outcome::Error);
             self.end_request(id, true);
@@ -214,6 +275,8 @@ impl<'a> Sim<'a> {
         self.controller
             .on_sample(self.now, latency, request.inflight_at_start);
         self.recorder.sample(self.now, latency);
+        // Answered: the deadline no longer applies.
+        self.requests[id].as_mut().expect("a live request").serial = 0;
         if hold_s > 0.0 {
             self.events.push(self.now + secs(hold_s), Event::Close(id));
         } else {
@@ -221,21 +284,57 @@ impl<'a> Sim<'a> {
         }
     }
 
+    /// The client's deadline passed with no first byte: it closes the connection, and the
+    /// kernel reports the close with the time waited.
+    fn deadline(&mut self, id: RequestId, serial: u64) {
+        let Some(request) = self.requests[id].as_mut() else {
+            return;
+        };
+        if request.serial != serial || request.abandoned {
+            return;
+        }
+        request.abandoned = true;
+        let waited_ns = self.now - request.sent;
+        let (class, worker) = (request.class, request.worker);
+        self.controller
+            .on_outcome(self.now, Outcome::GaveUp { waited_ns });
+        self.recorder.timed_out(self.now, waited_ns);
+        self.admission.release();
+        self.next_from(class, worker);
+    }
+
     fn end_request(&mut self, id: RequestId, failed: bool) {
         let request = self.requests[id].take().expect("a live request");
         self.free_ids.push(id);
         self.upstream.release();
-        self.admission.release();
+        let client = &self.setup.classes[request.class].client;
+        let pooled = !failed && client.keep_idle.is_some_and(|keep| self.idle < keep);
+        if pooled {
+            self.idle += 1;
+        } else {
+            if let (Some(goodbye_s), false) = (client.goodbye_s, failed) {
+                let waited_ns = secs(goodbye_s);
+                self.controller
+                    .on_outcome(self.now, Outcome::GaveUp { waited_ns });
+            }
+            self.admission.release();
+        }
         self.recorder
             .ended(self.now, self.now - request.sent, failed);
-        if request.worker.is_some() {
-            let send = Event::Send {
-                class: request.class,
-                worker: request.worker,
-            };
-            self.events.push(self.now, send);
-        }
+        self.next_from(request.class, request.worker);
         self.start_ready();
+    }
+
+    /// A closed-loop worker whose request ended sends its next one after thinking.
+    fn next_from(&mut self, class: usize, worker: Option<u32>) {
+        if worker.is_none() {
+            return;
+        }
+        let Load::Closed(closed) = &self.setup.classes[class].load else {
+            return;
+        };
+        let at = self.now + secs(closed.think_s);
+        self.events.push(at, Event::Send { class, worker });
     }
 }
 
@@ -274,13 +373,10 @@ mod tests {
         Setup {
             duration_s,
             upstream: UpstreamSpec::steady(capacity),
-            classes: vec![RequestClass {
-                service: Service::lognormal(0.1, 0.3),
-                load: Load::Closed {
-                    workers,
-                    retry_after_s: 0.5,
-                },
-            }],
+            classes: vec![RequestClass::new(
+                Service::lognormal(0.1, 0.3),
+                Load::closed(workers, 0.5),
+            )],
         }
     }
 
@@ -336,10 +432,10 @@ mod tests {
         let setup = Setup {
             duration_s: 300.0,
             upstream: UpstreamSpec::steady(500),
-            classes: vec![RequestClass {
-                service: Service::lognormal(0.28, 0.2).streamed(45.0),
-                load: Load::Poisson { per_s: 1.0 },
-            }],
+            classes: vec![RequestClass::new(
+                Service::lognormal(0.28, 0.2).streamed(45.0),
+                Load::Poisson { per_s: 1.0 },
+            )],
         };
         let mut probe = Probe {
             limit: 200,

@@ -1,7 +1,7 @@
 //! The upstream loses half its workers for a while, then gets them back.
 
 use super::{phase, saturating, throughput, Judgement, Run, Scenario, CAPACITY};
-use crate::criteria::{figure, holds};
+use crate::criteria::{around, figure, holds};
 use crate::schedule::Schedule;
 use crate::trace::Trace;
 use crate::upstream::UpstreamSpec;
@@ -38,14 +38,14 @@ fn judge(traces: &[Trace]) -> Judgement {
         "halved",
         trace,
         phase(HALVED_AT_S + TO_HALF_S, RESTORED_AT_S),
-        f64::from(half),
+        around(f64::from(half), 0.2),
         throughput(half),
     );
     criteria.extend(holds(
         "restored",
         trace,
         phase(RESTORED_AT_S + TO_FULL_S, END_S),
-        f64::from(CAPACITY),
+        around(f64::from(CAPACITY), 0.2),
         throughput(CAPACITY),
     ));
     let key_figure = format!(

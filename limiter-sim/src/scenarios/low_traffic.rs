@@ -30,12 +30,12 @@ fn runs() -> Vec<Run> {
     let setup = |upstream| Setup {
         duration_s: END_S,
         upstream,
-        classes: vec![RequestClass {
-            service: Service::lognormal(0.2, 0.4),
-            load: Load::Poisson {
+        classes: vec![RequestClass::new(
+            Service::lognormal(0.2, 0.4),
+            Load::Poisson {
                 per_s: PER_MIN / 60.0,
             },
-        }],
+        )],
     };
     let healthy = UpstreamSpec::steady(40);
     let slow = UpstreamSpec {

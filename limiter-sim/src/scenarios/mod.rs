@@ -7,9 +7,15 @@ mod baseline_shift;
 mod capacity_halves;
 mod converge;
 mod errors;
+mod goodbye;
+mod healthy_start;
+mod incident;
+mod keepalive_pool;
 mod low_traffic;
 mod mixed_sizes;
 mod production;
+mod recovery;
+mod rig;
 mod streaming;
 
 use limiter_core::{Controller, Outcome};
@@ -30,7 +36,7 @@ pub struct Scenario {
     judge: fn(&[Trace]) -> Judgement,
 }
 
-/// Every scenario, in the order of the specification.
+/// Every scenario: the specification's, then those reproducing real traffic.
 pub const ALL: &[Scenario] = &[
     converge::SCENARIO,
     capacity_halves::SCENARIO,
@@ -40,6 +46,11 @@ pub const ALL: &[Scenario] = &[
     baseline_shift::SCENARIO,
     errors::SCENARIO,
     mixed_sizes::SCENARIO,
+    healthy_start::SCENARIO,
+    incident::SCENARIO,
+    recovery::SCENARIO,
+    goodbye::SCENARIO,
+    keepalive_pool::SCENARIO,
 ];
 
 pub fn find(name: &str) -> Option<&'static Scenario> {
@@ -142,13 +153,10 @@ fn saturating(duration_s: f64, upstream: UpstreamSpec) -> Setup {
     Setup {
         duration_s,
         upstream,
-        classes: vec![RequestClass {
-            service: service(),
-            load: Load::Closed {
-                workers: 2 * CAPACITY,
-                retry_after_s: 1.0,
-            },
-        }],
+        classes: vec![RequestClass::new(
+            service(),
+            Load::closed(2 * CAPACITY, 1.0),
+        )],
     }
 }
 

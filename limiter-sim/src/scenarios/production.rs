@@ -5,7 +5,7 @@
 
 use super::{phase, Judgement, Run, Scenario};
 use crate::clients::{Load, RequestClass, Service};
-use crate::clock::{as_secs, Nanos};
+use crate::clock::{as_secs, secs, Nanos};
 use crate::criteria::{around, figure, Bound, Criterion};
 use crate::engine::Setup;
 use crate::schedule::Schedule;
@@ -39,10 +39,10 @@ fn runs() -> Vec<Run> {
             // A slow dependency, not a saturated one: enough workers for any backlog.
             ..UpstreamSpec::steady(10_000)
         },
-        classes: vec![RequestClass {
-            service: Service::lognormal(HEALTHY_P50_S, 0.4),
-            load: Load::Poisson { per_s: PER_S },
-        }],
+        classes: vec![RequestClass::new(
+            Service::lognormal(HEALTHY_P50_S, 0.4),
+            Load::Poisson { per_s: PER_S },
+        )],
     };
     vec![
         Run::limited("limited", setup.clone()),
@@ -69,6 +69,11 @@ fn judge(traces: &[Trace]) -> Judgement {
             around(DEGRADED_P50_S, 0.1),
         ),
         Criterion::new("errors", f64::from(failed), Bound::AtMost(0.0)),
+        Criterion::new(
+            "healthy from 1 s: shed",
+            f64::from(limited.shed(secs(1.0), secs(DEGRADES_FROM_S))),
+            Bound::AtMost(0.0),
+        ),
         Criterion::new("first shed (s)", first_shed, Bound::Below(breaker)),
         Criterion::new(
             "peak in-flight",

@@ -25,10 +25,10 @@ fn runs() -> Vec<Run> {
         duration_s: END_S,
         // Room for every stream: the upstream is healthy throughout.
         upstream: UpstreamSpec::steady(200),
-        classes: vec![RequestClass {
-            service: Service::lognormal(0.28, 0.3).streamed(HOLD_S),
-            load: Load::Poisson { per_s: PER_S },
-        }],
+        classes: vec![RequestClass::new(
+            Service::lognormal(0.28, 0.3).streamed(HOLD_S),
+            Load::Poisson { per_s: PER_S },
+        )],
     };
     vec![Run::limited("streams", setup)]
 }

@@ -71,6 +71,13 @@ enum Cmd {
         /// Close right after sending the (single) request: the client gives up.
         #[arg(long)]
         give_up: bool,
+        /// With --give-up: wait this long after sending before closing (a read timeout).
+        #[arg(long, default_value_t = 0)]
+        give_up_after_ms: u64,
+        /// After the exchanges, send a last message and close at once without waiting for
+        /// a reply, as PostgreSQL's Terminate does; prints "goodbye".
+        #[arg(long)]
+        goodbye: bool,
     },
     /// Connect a UDP socket; prints "ok" or "err ERRNO".
     Udp {
@@ -174,7 +181,16 @@ fn main() {
             requests,
             request_bytes,
             give_up,
-        } => exchange(&mut out, to, requests, request_bytes, give_up),
+            give_up_after_ms,
+            goodbye,
+        } => {
+            let ending = match (give_up, goodbye) {
+                (true, _) => Ending::GiveUp(std::time::Duration::from_millis(give_up_after_ms)),
+                (false, true) => Ending::Goodbye,
+                (false, false) => Ending::Close,
+            };
+            exchange(&mut out, to, requests, request_bytes, ending)
+        }
         Cmd::Udp { to } => {
             let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
             report(&mut out, sock.connect(to).map(|_| ()));
@@ -223,7 +239,17 @@ fn hold(
 /// Response size of the test upstream: one first byte, then the rest after its hold.
 const RESPONSE_BYTES: usize = 16;
 
-fn exchange(out: &mut impl Write, to: SocketAddr, requests: usize, size: usize, give_up: bool) {
+/// How an exchange's connection ends.
+enum Ending {
+    /// After the last response.
+    Close,
+    /// After sending the single request, once it is acknowledged and this long has passed.
+    GiveUp(std::time::Duration),
+    /// With a last message, closed at once.
+    Goodbye,
+}
+
+fn exchange(out: &mut impl Write, to: SocketAddr, requests: usize, size: usize, ending: Ending) {
     let mut stream = TcpStream::connect(to).expect("connect");
     let mut request = vec![0u8; size.max(4)];
     let body_len = (request.len() - 4) as u32;
@@ -231,11 +257,12 @@ fn exchange(out: &mut impl Write, to: SocketAddr, requests: usize, size: usize, 
     for _ in 0..requests {
         let start = std::time::Instant::now();
         stream.write_all(&request).expect("send the request");
-        if give_up {
+        if let Ending::GiveUp(after) = ending {
             // Wait until every byte is acknowledged, so what ends is an awaited request.
             while unacked(&stream) > 0 {
                 std::thread::yield_now();
             }
+            std::thread::sleep(after.saturating_sub(start.elapsed()));
             writeln!(out, "gave_up").unwrap();
             return;
         }
@@ -252,6 +279,10 @@ fn exchange(out: &mut impl Write, to: SocketAddr, requests: usize, size: usize, 
                 return;
             }
         }
+    }
+    if let Ending::Goodbye = ending {
+        stream.write_all(&request).expect("send the last message");
+        writeln!(out, "goodbye").unwrap();
     }
 }
 

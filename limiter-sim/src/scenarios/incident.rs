@@ -1,0 +1,56 @@
+//! The upstream's own service time rises 27-fold (its dependency slowed) while its 32
+//! workers stay, under demand far above what it can then serve, with a proxy timeout of
+//! 2 s and with a patient client. Lowering our concurrency does not lower its latency: the
+//! limit must follow what the upstream can serve (its workers) instead of falling to the
+//! floor, and keep in-flight near the workers so admitted requests do not queue.
+
+use super::{phase, rig, Judgement, Scenario};
+use crate::criteria::{figure, Bound, Criterion};
+use crate::trace::Trace;
+
+pub const SCENARIO: Scenario = Scenario {
+    name: "incident",
+    shows: "service time x27 at 32 workers, demand above capacity: goodput at capacity, in-flight near the workers",
+    runs: rig::incident_runs,
+    judge,
+};
+
+/// Time for the first slow answers to arrive and for the filter to show them.
+const SETTLE_S: f64 = 10.0;
+/// In-flight may exceed the workers by this factor: a short queue keeps them busy.
+const INFLIGHT_OVER_WORKERS: f64 = 1.3;
+
+fn judge(traces: &[Trace]) -> Judgement {
+    let (from, to) = phase(rig::SLOW_FROM_S + SETTLE_S, rig::SLOW_UNTIL_S);
+    let capacity = rig::slow_capacity();
+    let mut criteria = Vec::new();
+    let mut figures = Vec::new();
+    for (trace, deadline) in traces.iter().zip(rig::DEADLINES_S) {
+        let label = format!("{} s timeout", figure(deadline));
+        let goodput = trace.goodput(from, to);
+        let inflight = trace.peak_inflight(from, to);
+        criteria.push(Criterion::new(
+            format!("{label}: goodput (req/s)"),
+            goodput,
+            Bound::AtLeast(0.9 * capacity),
+        ));
+        criteria.push(Criterion::new(
+            format!("{label}: peak in-flight"),
+            f64::from(inflight),
+            Bound::AtMost(INFLIGHT_OVER_WORKERS * f64::from(rig::WORKERS)),
+        ));
+        figures.push(format!(
+            "{label}: {} req/s, in-flight <= {inflight}",
+            figure(goodput)
+        ));
+    }
+    Judgement {
+        criteria,
+        key_figure: format!(
+            "{} (capacity {} req/s, {} workers)",
+            figures.join("; "),
+            figure(capacity),
+            rig::WORKERS
+        ),
+    }
+}
