@@ -224,6 +224,8 @@ fn panel(
         .y_desc(panel.y_desc)
         .max_light_lines(0)
         .y_labels(6)
+        .x_label_formatter(&|v| format!("{v:.0}"))
+        .y_label_formatter(&|v| format!("{v:.0}"))
         .draw()?;
     // The incident: from the upstream's slowdown to its restore.
     let (from, to) = phases.window(Phase::Incident);
@@ -241,7 +243,8 @@ fn panel(
     chart
         .configure_series_labels()
         .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.8))
+        .label_font(("sans-serif", 12))
+        .background_style(WHITE.mix(0.7))
         .border_style(BLACK.mix(0.3))
         .draw()?;
     Ok(())
