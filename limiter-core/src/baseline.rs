@@ -33,8 +33,8 @@ impl Baseline {
     }
 
     /// The upstream's saturation throughput, when the newest windows show one.
-    pub fn plateau_throughput(&self) -> Option<f64> {
-        self.evidence.plateau_throughput()
+    pub fn plateau_throughput(&self, baseline: f64) -> Option<f64> {
+        self.evidence.plateau_throughput(baseline)
     }
 
     /// Whether lowering in-flight in the newest windows left the latency where it was.

@@ -7,6 +7,7 @@ use crate::config::{ControlConfig, Limits};
 use crate::evidence::EvidencePoint;
 use crate::filter::LatencyFilter;
 use crate::guard::GrowthGuard;
+use crate::recovery::Recovery;
 use crate::slow_start::SlowStart;
 use crate::window::{WindowSummary, Windows};
 use crate::{Controller, Outcome};
@@ -15,6 +16,9 @@ use crate::{Controller, Outcome};
 const SETTLED: f64 = 0.1;
 /// A window's p90 this far above the baseline is elevated.
 const ELEVATED: f64 = 1.25;
+/// Windows running that must show a cut of in-flight leaving the latency where it was: one
+/// could be the noise of a small window.
+const FLAT_WINDOWS: u32 = 2;
 
 /// A destination's controller, generic over its algorithm; [`DestinationController::new`]
 /// picks the algorithm from the configuration.
@@ -23,6 +27,7 @@ pub struct DestinationController<A = AnyAlgorithm> {
     algorithm: A,
     limits: Limits,
     min_samples: u32,
+    smoothing: f64,
     limit: f64,
     published: u32,
     windows: Windows,
@@ -30,8 +35,14 @@ pub struct DestinationController<A = AnyAlgorithm> {
     baseline: Baseline,
     guard: GrowthGuard,
     slow_start: SlowStart,
-    /// What the upstream was last shown to serve at its own, slower service time.
+    /// A limit the newest window showed the upstream can take: its capacity at a slower
+    /// service time, or the last healthy limit once it is fast again.
     capacity: Option<f64>,
+    recovery: Recovery,
+    /// The baseline has been published once: the first learning is over.
+    learned: bool,
+    /// Windows running whose latency ignored a cut of in-flight.
+    flat_windows: u32,
 }
 
 impl DestinationController<AnyAlgorithm> {
@@ -49,6 +60,7 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             algorithm,
             limits,
             min_samples: cfg.pipeline.min_samples,
+            smoothing: cfg.pipeline.latency_smoothing,
             limit: f64::from(limits.initial),
             published: limits.initial,
             windows: Windows::new(cfg.pipeline, now_ns),
@@ -57,10 +69,13 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             guard: GrowthGuard::new(cfg.pipeline.app_limited_multiple, f64::from(limits.initial)),
             slow_start: SlowStart::default(),
             capacity: None,
+            recovery: Recovery::default(),
+            learned: false,
+            flat_windows: 0,
         }
     }
 
-    fn latency_view(&mut self, window: &WindowSummary) -> Option<LatencyView> {
+    fn latency_view(&mut self, window: &WindowSummary, now_ns: u64) -> Option<LatencyView> {
         let p90 = window.p90_ns?.max(1.0);
         let smoothed = self.filter.push(p90);
         let testifies = window.samples > 0 && window.dispersed;
@@ -82,22 +97,34 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             self.filter.is_settled(SETTLED),
         );
         self.capacity = None;
-        if !warming_up && p90 >= ELEVATED * baseline && self.baseline.latency_ignored_a_cut() {
-            // Below our cut the latency stayed: the upstream is slow, not queueing us. Its
-            // service time is the new baseline. What it serves at saturation times that
-            // time is its capacity (Little's law), when the windows showed a saturation.
-            self.capacity = self
-                .baseline
-                .plateau_throughput()
-                .map(|throughput| throughput * window.mean_latency_ns / 1e9);
+        let flat =
+            !warming_up && p90 >= ELEVATED * baseline && self.baseline.latency_ignored_a_cut();
+        self.flat_windows = if flat { self.flat_windows + 1 } else { 0 };
+        let plateau = self.baseline.plateau_throughput(baseline);
+        if let (true, Some(throughput)) = (self.flat_windows >= FLAT_WINDOWS, plateau) {
+            self.flat_windows = 0;
+            // The upstream saturated when we sent more, and below our cut its latency
+            // stayed: it is slow, not queueing us. Its service time is the new baseline, and
+            // what it served at saturation times that time is its capacity (Little's law).
+            // Without a saturation (an upstream that serves whatever it is sent, only
+            // slowly) the baseline does not follow: the limit keeps a slow destination from
+            // piling up connections.
+            self.capacity = Some(throughput * window.mean_latency_ns / 1e9);
             self.baseline.follow(p90);
             baseline = p90;
+            self.slow_start
+                .restart(now_ns, self.limit.max(self.capacity.unwrap_or(0.0)));
+            self.recovery.followed(p90);
+        } else if let Some(healthy) = self.recovery.observe(p90, baseline, self.limit) {
+            self.capacity = Some(healthy);
         }
         Some(LatencyView {
             smoothed,
             latest: p90,
             baseline,
-            self_queueing: self.baseline.shows_self_queueing(),
+            // Latency that fell with in-flight reads as our queueing only while there is a
+            // queue to speak of: after a slowdown ends, latency and in-flight fall together.
+            self_queueing: self.baseline.shows_self_queueing() && p90 >= ELEVATED * baseline,
         })
     }
 
@@ -116,7 +143,7 @@ impl<A: LimitAlgorithm> DestinationController<A> {
 
     fn close(&mut self, window: WindowSummary, now_ns: u64) {
         self.guard.observe(window.peak_inflight);
-        let latency = self.latency_view(&window);
+        let latency = self.latency_view(&window, now_ns);
         let error_pressure = window.error_pressure();
         if latency.is_none() && error_pressure == 0.0 {
             return;
@@ -169,11 +196,18 @@ impl<A: LimitAlgorithm> Controller for DestinationController<A> {
         if let Some(window) = self.windows.close_if_due(now_ns) {
             self.close(window, now_ns);
         }
-        if self.baseline.value().is_some() {
+        if !self.learned && self.baseline.value().is_some() {
+            self.learned = true;
             self.slow_start.finish();
         }
         if let Some(learned) = self.slow_start.next_limit(now_ns, self.limit) {
             self.set_limit(learned);
+            if !self.learned && self.slow_start.take_queued() {
+                // The windows so far measured the queue the last round built: the baseline
+                // is learned afresh at the level that did not queue.
+                self.filter = LatencyFilter::new(self.smoothing);
+                self.baseline = Baseline::default();
+            }
         }
         self.published
     }

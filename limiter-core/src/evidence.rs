@@ -109,9 +109,9 @@ const PLATEAU_GAIN: f64 = 1.1;
 const PLATEAU_QUEUE: f64 = 1.1;
 /// Windows back in which a lowering of in-flight by [`FLAT_CUT`] is looked for...
 const FLAT_WINDOWS: usize = 3;
-const FLAT_CUT: f64 = 0.85;
+const FLAT_CUT: f64 = 0.75;
 /// ...that left the latency at least at this share of what it was.
-const FLAT_LATENCY: f64 = 0.9;
+const FLAT_LATENCY: f64 = 0.85;
 
 /// The last [`CORRELATION_WINDOWS`] windows, oldest overwritten first.
 #[derive(Clone, Debug)]
@@ -178,28 +178,31 @@ impl Evidence {
         })
     }
 
-    /// The upstream's saturation throughput, if the newest windows show it: two windows where
-    /// the limit bound in-flight, the one with more in-flight buying latency and no
-    /// throughput. Then the highest throughput a bound window delivered, per second.
-    pub fn plateau_throughput(&self) -> Option<f64> {
-        let bound: Vec<&LogPoint> = self
-            .newest_first()
-            .take(PLATEAU_WINDOWS)
-            .filter(|p| p.bound)
-            .collect();
+    /// The upstream's saturation throughput, if the newest windows show it: two windows
+    /// elevated above `baseline` where the limit bound in-flight, the one with more in-flight
+    /// buying latency and no throughput. Then the highest throughput such a window delivered,
+    /// per second. Windows at the old latency are left out: across a step of the service
+    /// time, the windows before it look like more throughput at less latency.
+    pub fn plateau_throughput(&self, baseline: f64) -> Option<f64> {
+        let floor = (baseline.max(1.0) * ELEVATED).ln() as f32;
+        let bound = || {
+            self.newest_first()
+                .take(PLATEAU_WINDOWS)
+                .filter(move |p| p.bound && p.latency >= floor)
+        };
         let (more, gain, queue) = (
             PLATEAU_INFLIGHT.ln() as f32,
             PLATEAU_GAIN.ln() as f32,
             PLATEAU_QUEUE.ln() as f32,
         );
-        let saturated = bound.iter().any(|hi| {
-            bound.iter().any(|lo| {
+        let saturated = bound().any(|hi| {
+            bound().any(|lo| {
                 hi.inflight >= lo.inflight + more
                     && hi.throughput <= lo.throughput + gain
                     && hi.latency >= lo.latency + queue
             })
         });
-        let best = bound.iter().map(|p| p.throughput).reduce(f32::max)?;
+        let best = bound().map(|p| p.throughput).reduce(f32::max)?;
         saturated.then(|| f64::from(best).exp())
     }
 

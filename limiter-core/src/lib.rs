@@ -16,6 +16,7 @@ mod evidence;
 mod filter;
 mod guard;
 pub mod quantile;
+mod recovery;
 mod slow_start;
 mod window;
 

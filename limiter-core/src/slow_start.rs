@@ -1,7 +1,7 @@
 //! Learning a new destination: while the controller has no latency history for it, a
 //! refused connect is demand it has not been shown, so the limit grows to meet it at once
-//! instead of waiting for windows. As in TCP's slow start (RFC 5681) it at least doubles,
-//! at most once per round: a round ends when a request admitted at the new level has been
+//! instead of waiting for windows: the first time to meet the refused connects, then as in
+//! TCP's slow start (RFC 5681) doubling, at most once per round: a round ends when a request admitted at the new level has been
 //! answered, so the new level has been tried. As in HyStart (RFC 9406) it stops on delay:
 //! an answer no slower than [`QUEUEING`] x the fastest is *clean* (it did not wait for a
 //! worker), and the highest in-flight count a clean answer started at is concurrency the
@@ -25,6 +25,8 @@ pub struct SlowStart {
     round_tried: bool,
     tried_inflight: u32,
     done: bool,
+    /// The last round queued: the windows of that round measured our queue.
+    queued: bool,
 }
 
 impl Default for SlowStart {
@@ -38,6 +40,7 @@ impl Default for SlowStart {
             round_tried: false,
             tried_inflight: 0,
             done: false,
+            queued: false,
         }
     }
 }
@@ -57,14 +60,30 @@ impl SlowStart {
         }
     }
 
+    /// Whether growth ended because the upstream queued; asks once.
+    pub fn take_queued(&mut self) -> bool {
+        std::mem::take(&mut self.queued)
+    }
+
     /// A connect was refused.
     pub fn on_shed(&mut self) {
         self.sheds = self.sheds.saturating_add(1);
     }
 
-    /// Stops for good: the destination has been learned.
+    /// Stops: the destination has been learned.
     pub fn finish(&mut self) {
         self.done = true;
+    }
+
+    /// Starts learning again from `limit` at `now_ns`: the upstream's service time changed,
+    /// so what was clean before says nothing about now, and `limit` has to be tried before
+    /// it may grow.
+    pub fn restart(&mut self, now_ns: u64, limit: f64) {
+        *self = SlowStart {
+            grown: Some((now_ns, limit)),
+            previous: limit,
+            ..SlowStart::default()
+        };
     }
 
     /// At an update: the limit to move to, if connects were refused since the last one.
@@ -79,10 +98,16 @@ impl SlowStart {
             }
             if f64::from(self.tried_inflight) > BEYOND_CLEAN * f64::from(self.clean_inflight) {
                 self.done = true;
+                self.queued = true;
                 return Some(self.previous.max(f64::from(self.clean_inflight)));
             }
         }
-        let grown = (2.0 * limit).max(limit + f64::from(sheds));
+        // The first growth has nothing to go on but the refused demand; later ones double.
+        let grown = if self.grown.is_none() {
+            (2.0 * limit).max(limit + f64::from(sheds))
+        } else {
+            2.0 * limit
+        };
         self.previous = limit;
         self.grown = Some((now_ns, grown));
         self.round_tried = false;
@@ -117,8 +142,10 @@ mod tests {
         s.on_shed();
         assert_eq!(s.next_limit(200 * MS, 40.0), None, "40 not tried yet");
         s.on_sample(240 * MS, 30 * MS, 40);
-        s.on_shed();
-        assert_eq!(s.next_limit(300 * MS, 40.0), Some(80.0));
+        for _ in 0..100 {
+            s.on_shed();
+        }
+        assert_eq!(s.next_limit(300 * MS, 40.0), Some(80.0), "doubles");
     }
 
     #[test]

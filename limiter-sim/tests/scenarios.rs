@@ -33,22 +33,20 @@ macro_rules! scenario_tests {
 }
 
 scenario_tests! {
-    #[ignore = "not passing yet: median limit 120 against 98.1..119.9 (docs/simulation.md)"]
     converge => "converge",
-    #[ignore = "not passing yet: median limit 65 on half the workers (docs/simulation.md)"]
     capacity_halves => "capacity-halves",
     production => "production",
     streaming => "streaming",
     low_traffic => "low-traffic",
-    #[ignore = "not passing yet: limit p95 121 against 120 (docs/simulation.md)"]
+    #[ignore = "not passing yet: limit p5..p95 124..128 against 80..120 (docs/simulation.md)"]
     baseline_shift => "baseline-shift",
     errors => "errors",
-    #[ignore = "not passing yet: connects refused before the pool of large requests fills (docs/simulation.md)"]
+    #[ignore = "not passing yet: one connect refused while the large requests fill in (docs/simulation.md)"]
     mixed_sizes => "mixed-sizes",
     healthy_start => "healthy-start",
-    #[ignore = "not passing yet: 28 of 34 requests/s with a 2 s timeout (docs/simulation.md)"]
+    #[ignore = "not passing yet: 9 of 34 requests/s with a 2 s timeout (docs/simulation.md)"]
     incident => "incident",
-    #[ignore = "not passing yet: the limit falls at baseline after the incident (docs/simulation.md)"]
+    #[ignore = "not passing yet: 452 connects shed after the 2 s-timeout incident (docs/simulation.md)"]
     recovery => "recovery",
     goodbye => "goodbye",
     keepalive_pool => "keepalive-pool",
