@@ -42,6 +42,11 @@ impl Baseline {
         self.evidence.latency_ignored_a_cut()
     }
 
+    /// Adds a window's evidence without a latency of its own to observe.
+    pub fn testify(&mut self, point: EvidencePoint) {
+        self.evidence.push(point);
+    }
+
     /// Takes `latency` as the no-load latency at once: the upstream's own service time, as
     /// lowering our concurrency showed. The evidence is spent.
     pub fn follow(&mut self, latency: f64) {

@@ -75,16 +75,43 @@ impl<A: LimitAlgorithm> DestinationController<A> {
         }
     }
 
-    fn latency_view(&mut self, window: &WindowSummary, now_ns: u64) -> Option<LatencyView> {
-        let p90 = window.p90_ns?.max(1.0);
-        let smoothed = self.filter.push(p90);
-        let testifies = window.samples > 0 && window.dispersed;
-        let point = testifies.then(|| EvidencePoint {
-            inflight: window.mean_inflight,
+    /// What a window tells the correlation evidence, if anything. A window bound by the
+    /// limit had the limit in flight whatever its samples say; a window where more than a
+    /// tenth of the requests timed out had a p90 at least as long as their wait, answered
+    /// or not (with a 2 s client timeout, a saturated upstream gives no samples at all).
+    fn evidence_point(&self, window: &WindowSummary) -> Option<EvidencePoint> {
+        let bound = window.sheds > 0;
+        let inflight = if bound {
+            window.mean_inflight.max(self.limit)
+        } else {
+            window.mean_inflight
+        };
+        let censored = window
+            .gave_up_after_ns
+            .filter(|_| window.timeouts.saturating_mul(9) > window.samples);
+        let latency = match (window.p90_ns, censored) {
+            (Some(p90), Some(wait)) => p90.max(wait),
+            (Some(p90), None) if window.dispersed => p90,
+            (None, Some(wait)) if bound => wait,
+            _ => return None,
+        };
+        Some(EvidencePoint {
+            inflight,
             throughput: window.throughput(),
-            latency: p90,
-            bound: window.sheds > 0,
-        });
+            latency,
+            bound,
+        })
+    }
+
+    fn latency_view(&mut self, window: &WindowSummary, now_ns: u64) -> Option<LatencyView> {
+        let point = self.evidence_point(window);
+        let Some(p90) = window.p90_ns.map(|p| p.max(1.0)) else {
+            if let Some(point) = point {
+                self.baseline.testify(point);
+            }
+            return None;
+        };
+        let smoothed = self.filter.push(p90);
         // A p90 over fewer latencies than a full window, or a filter short of five windows,
         // is too noisy to be a minimum.
         let warming_up = self.filter.is_warming_up() || window.p90_weight < self.min_samples;
@@ -183,7 +210,10 @@ impl<A: LimitAlgorithm> Controller for DestinationController<A> {
     fn on_outcome(&mut self, _now_ns: u64, outcome: Outcome) {
         let outcome = match outcome {
             Outcome::GaveUp { waited_ns } if !self.gave_up(waited_ns) => return,
-            Outcome::GaveUp { .. } => Outcome::Timeout,
+            Outcome::GaveUp { waited_ns } => {
+                self.windows.record_gave_up(waited_ns);
+                Outcome::Timeout
+            }
             other => other,
         };
         if outcome == Outcome::Shed {

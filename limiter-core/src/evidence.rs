@@ -108,7 +108,7 @@ const PLATEAU_INFLIGHT: f64 = 1.2;
 const PLATEAU_GAIN: f64 = 1.1;
 const PLATEAU_QUEUE: f64 = 1.1;
 /// Windows back in which a lowering of in-flight by [`FLAT_CUT`] is looked for...
-const FLAT_WINDOWS: usize = 3;
+const FLAT_WINDOWS: usize = 5;
 const FLAT_CUT: f64 = 0.75;
 /// ...that left the latency at least at this share of what it was.
 const FLAT_LATENCY: f64 = 0.85;

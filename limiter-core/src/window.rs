@@ -45,6 +45,9 @@ pub struct WindowSummary {
     /// Connects the limit refused: demand went beyond the limit, so in-flight was not the
     /// clients' choice but the limit's.
     pub sheds: u32,
+    /// The shortest wait of the requests whose clients gave up: a latency the window's
+    /// slowest requests exceeded, though they never got an answer to measure.
+    pub gave_up_after_ns: Option<f64>,
 }
 
 impl WindowSummary {
@@ -80,6 +83,7 @@ pub struct Windows {
     peak_inflight: u32,
     latency_sum: u64,
     sheds: u32,
+    gave_up_after_ns: u64,
 }
 
 impl Windows {
@@ -99,6 +103,7 @@ impl Windows {
             peak_inflight: 0,
             latency_sum: 0,
             sheds: 0,
+            gave_up_after_ns: u64::MAX,
         }
     }
 
@@ -123,6 +128,11 @@ impl Windows {
             Outcome::Shed => self.sheds = self.sheds.saturating_add(1),
             Outcome::GaveUp { .. } => {}
         }
+    }
+
+    /// A client gave up after waiting `waited_ns` (already recorded as a timeout).
+    pub fn record_gave_up(&mut self, waited_ns: u64) {
+        self.gave_up_after_ns = self.gave_up_after_ns.min(waited_ns);
     }
 
     /// The slowest latency of the open window, if it has a sample.
@@ -196,6 +206,8 @@ impl Windows {
                 self.latency_sum as f64 / f64::from(self.samples)
             },
             sheds: self.sheds,
+            gave_up_after_ns: (self.timeouts > 0 && self.gave_up_after_ns < u64::MAX)
+                .then_some(self.gave_up_after_ns as f64),
         };
         self.histogram.reset();
         self.start_ns = now_ns;
@@ -208,6 +220,7 @@ impl Windows {
         self.peak_inflight = 0;
         self.latency_sum = 0;
         self.sheds = 0;
+        self.gave_up_after_ns = u64::MAX;
         Some(summary)
     }
 }

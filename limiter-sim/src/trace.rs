@@ -86,23 +86,18 @@ impl Trace {
     }
 
     /// The median of the per-second median latencies over (from, to): NaN without samples.
-    pub fn typical_p50(&self, (from, to): (Nanos, Nanos)) -> f64 {
-        let medians: Vec<f64> = self
-            .seconds_in(from, to)
-            .iter()
-            .filter_map(|s| s.p50_s)
-            .collect();
-        quantile(&medians, 0.5).unwrap_or(f64::NAN)
+    pub fn typical_p50(&self, phase: (Nanos, Nanos)) -> f64 {
+        self.typical(phase, |s| s.p50_s)
     }
 
     /// The median of the per-second p90 latencies over (from, to): NaN without samples.
-    pub fn typical_p90(&self, (from, to): (Nanos, Nanos)) -> f64 {
-        let p90s: Vec<f64> = self
-            .seconds_in(from, to)
-            .iter()
-            .filter_map(|s| s.p90_s)
-            .collect();
-        quantile(&p90s, 0.5).unwrap_or(f64::NAN)
+    pub fn typical_p90(&self, phase: (Nanos, Nanos)) -> f64 {
+        self.typical(phase, |s| s.p90_s)
+    }
+
+    fn typical(&self, (from, to): (Nanos, Nanos), pick: fn(&Second) -> Option<f64>) -> f64 {
+        let values: Vec<f64> = self.seconds_in(from, to).iter().filter_map(pick).collect();
+        quantile(&values, 0.5).unwrap_or(f64::NAN)
     }
 
     /// The second a point in time falls in, if the run lasted that long.

@@ -26,8 +26,7 @@ fn judge(traces: &[Trace]) -> Judgement {
     let capacity = rig::slow_capacity();
     let mut criteria = Vec::new();
     let mut figures = Vec::new();
-    for (trace, deadline) in traces.iter().zip(rig::DEADLINES_S) {
-        let label = format!("{} s timeout", figure(deadline));
+    for (trace, label) in rig::by_timeout(traces) {
         let goodput = trace.goodput(from, to);
         let inflights: Vec<f64> = trace
             .ticks_in(from, to)
@@ -45,8 +44,9 @@ fn judge(traces: &[Trace]) -> Judgement {
             Bound::AtMost(INFLIGHT_OVER_WORKERS * f64::from(rig::WORKERS)),
         ));
         figures.push(format!(
-            "{label}: {} req/s, in-flight <= {inflight}",
-            figure(goodput)
+            "{label}: {} req/s, in-flight p95 {}",
+            figure(goodput),
+            figure(inflight)
         ));
     }
     Judgement {

@@ -26,8 +26,7 @@ fn judge(traces: &[Trace]) -> Judgement {
     let after = phase(rig::SLOW_UNTIL_S, rig::INCIDENT_END_S);
     let mut criteria = Vec::new();
     let mut figures = Vec::new();
-    for (trace, deadline) in traces.iter().zip(rig::DEADLINES_S) {
-        let label = format!("{} s timeout", figure(deadline));
+    for (trace, label) in rig::by_timeout(traces) {
         let normal = trace.goodput(healthy.0, healthy.1);
         let goodput = trace.goodput(back.0, back.0 + crate::clock::secs(10.0));
         let p90 = trace.typical_p90(healthy);

@@ -80,3 +80,15 @@ pub fn incident_runs() -> Vec<super::Run> {
 pub fn slow_capacity() -> f64 {
     f64::from(WORKERS) / (service().mean_s() * SLOWDOWN)
 }
+
+/// The incident's traces with the label of their client timeout.
+pub fn by_timeout(
+    traces: &[crate::trace::Trace],
+) -> impl Iterator<Item = (&crate::trace::Trace, String)> {
+    traces.iter().zip(DEADLINES_S).map(|(trace, deadline)| {
+        (
+            trace,
+            format!("{} s timeout", crate::criteria::figure(deadline)),
+        )
+    })
+}
