@@ -67,6 +67,7 @@ impl ControlLoop {
             Signal::ConnectRefused | Signal::Error => Outcome::Error,
             Signal::ConnectTimeout => Outcome::Timeout,
             Signal::GaveUp { waited_ns } => Outcome::GaveUp { waited_ns },
+            Signal::HungUp { waited_ns } => Outcome::HungUp { waited_ns },
             Signal::Handshake { .. } => return,
         };
         self.managed(ev.dest, ev.ts_ns, None)

@@ -178,6 +178,9 @@ pub enum Behaviour {
     },
     /// Read one framed request, then reset the connection.
     ResetAfterRequest,
+    /// Read one framed request, then close the connection (FIN), as a server answers a
+    /// client's goodbye.
+    CloseAfterRequest,
 }
 
 /// Response size of `Behaviour::Respond`, which the probe knows too.
@@ -203,6 +206,9 @@ fn serve(mut stream: TcpStream, behaviour: Behaviour) {
                 std::thread::sleep(hold);
                 let _ = stream.write_all(&[0; RESPONSE_BYTES - 1]);
             }
+        }
+        Behaviour::CloseAfterRequest => {
+            read_request(&mut stream);
         }
         Behaviour::ResetAfterRequest => {
             if read_request(&mut stream) {
@@ -239,7 +245,10 @@ impl Upstream {
                 counter.fetch_add(1, Ordering::SeqCst);
                 match behaviour {
                     Behaviour::Hold => held.lock().unwrap().push(stream),
-                    Behaviour::Echo | Behaviour::Respond { .. } | Behaviour::ResetAfterRequest => {
+                    Behaviour::Echo
+                    | Behaviour::Respond { .. }
+                    | Behaviour::ResetAfterRequest
+                    | Behaviour::CloseAfterRequest => {
                         std::thread::spawn(move || serve(stream, behaviour));
                     }
                     Behaviour::Close => {
