@@ -26,6 +26,7 @@ pub const SIGNAL_CONNECT_TIMEOUT: u32 = 3;
 pub const SIGNAL_ERROR: u32 = 4;
 pub const SIGNAL_GAVE_UP: u32 = 5;
 pub const SIGNAL_HANDSHAKE: u32 = 6;
+pub const SIGNAL_HUNG_UP: u32 = 7;
 
 pub const PHASE_IDLE: u32 = 0;
 pub const PHASE_AWAITING: u32 = 1;
@@ -215,7 +216,7 @@ pub struct LimiterEvent {
 pub struct LimiterSignal {
     pub ts_ns: u64,
     /// The latency (sample), the handshake time (handshake), or how long the request had
-    /// waited when it ended (error, gave up); 0 otherwise.
+    /// waited when it ended (error, gave up, hung up); 0 otherwise.
     pub value_ns: u64,
     pub dest: DestKey,
     pub kind: u32,

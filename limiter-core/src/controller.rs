@@ -155,11 +155,12 @@ impl<A: LimitAlgorithm> DestinationController<A> {
         })
     }
 
-    /// Whether a client that closed `waited_ns` after its request started gave up: it waited
-    /// longer than the destination normally takes (its baseline; before one is learned, its
-    /// smoothed or newest latencies). A shorter wait is a goodbye, a last message that gets
-    /// no reply. With no latency known at all, the close counts as giving up.
-    fn gave_up(&self, waited_ns: u64) -> bool {
+    /// Whether a connection that ended `waited_ns` after its request started waited longer
+    /// than the destination normally takes (its baseline; before one is learned, its
+    /// smoothed or newest latencies): a client giving up, a server hanging up. A shorter wait
+    /// is a goodbye, a last message that gets no reply, or that the server answers by
+    /// closing. With no latency known at all, the wait counts as long.
+    fn longer_than_normal(&self, waited_ns: u64) -> bool {
         let normal = self
             .baseline
             .value()
@@ -209,7 +210,12 @@ impl<A: LimitAlgorithm> Controller for DestinationController<A> {
 
     fn on_outcome(&mut self, _now_ns: u64, outcome: Outcome) {
         let outcome = match outcome {
-            Outcome::GaveUp { waited_ns } if !self.gave_up(waited_ns) => return,
+            Outcome::GaveUp { waited_ns } | Outcome::HungUp { waited_ns }
+                if !self.longer_than_normal(waited_ns) =>
+            {
+                return
+            }
+            Outcome::HungUp { .. } => Outcome::Error,
             Outcome::GaveUp { waited_ns } => {
                 self.windows.record_gave_up(waited_ns);
                 Outcome::Timeout
@@ -278,6 +284,21 @@ mod tests {
             c.on_outcome(i * 10 * MS, Outcome::GaveUp { waited_ns });
         }
         c.update(2_000 * MS)
+    }
+
+    #[test]
+    fn a_server_closing_on_a_goodbye_is_no_error_and_a_late_hang_up_is() {
+        let cfg = ControlConfig::new(Algorithm::Vegas);
+        let run = |waited_ns| {
+            let mut c = DestinationController::new(&cfg, 0);
+            for i in 0..60 {
+                c.on_sample(i * 10 * MS, (50 + i % 5) * MS, 10);
+                c.on_outcome(i * 10 * MS, Outcome::HungUp { waited_ns });
+            }
+            c.update(2_000 * MS)
+        };
+        assert_eq!(run(20_000), 20);
+        assert!(run(1_000 * MS) < 20);
     }
 
     #[test]

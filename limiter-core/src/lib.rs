@@ -36,6 +36,10 @@ pub enum Outcome {
     /// giving up (a timeout); a shorter one is a goodbye: a last message that gets no reply
     /// (PostgreSQL Terminate, MySQL COM_QUIT), which says nothing about the destination.
     GaveUp { waited_ns: u64 },
+    /// The upstream closed the connection while a response was awaited, `waited_ns` after the
+    /// request started. Longer than the destination normally takes, it hung up on the request
+    /// (an error); shorter, it answered a client's goodbye by closing.
+    HungUp { waited_ns: u64 },
     /// The limiter itself refused the request: contributes nothing to the estimate.
     Shed,
 }

@@ -37,11 +37,13 @@
 #define LIMITER_SIGNAL_SAMPLE 1          /* request -> first response byte; value_ns = latency */
 #define LIMITER_SIGNAL_CONNECT_REFUSED 2 /* RST to our SYN */
 #define LIMITER_SIGNAL_CONNECT_TIMEOUT 3 /* SYN never answered, or the client gave up connecting */
-#define LIMITER_SIGNAL_ERROR 4           /* reset or closed by the peer while awaiting a response;
+#define LIMITER_SIGNAL_ERROR 4           /* reset by the peer while awaiting a response;
 					  * value_ns = time since the request started */
 #define LIMITER_SIGNAL_GAVE_UP 5         /* closed locally while awaiting a response;
 					  * value_ns = time since the request started */
 #define LIMITER_SIGNAL_HANDSHAKE 6       /* connect -> established; value_ns = handshake time */
+#define LIMITER_SIGNAL_HUNG_UP 7         /* closed (FIN) by the peer while awaiting a response;
+					  * value_ns = time since the request started */
 
 /* Where a connection is in its request/response cycle. */
 #define LIMITER_PHASE_IDLE 0      /* nothing outstanding: the next payload sent starts a request */
@@ -150,7 +152,8 @@ struct limiter_event {
 /* A latency sample or outcome, sent to the agent through the `signals` ring buffer. */
 struct limiter_signal {
 	__u64 ts_ns;
-	__u64 value_ns; /* latency (SAMPLE), handshake time (HANDSHAKE), wait (ERROR, GAVE_UP), else 0 */
+	__u64 value_ns; /* latency (SAMPLE), handshake time (HANDSHAKE), wait (ERROR, GAVE_UP,
+			 * HUNG_UP), else 0 */
 	struct dest_key dest;
 	__u32 kind;     /* LIMITER_SIGNAL_* */
 	__u32 inflight; /* dest's inflight when the request started (SAMPLE) */

@@ -7,7 +7,7 @@ It reads the simulator's events on stdin and answers every tick with a limit:
     init <initial> <min> <max>
     sample <now_ns> <latency_ns> <inflight>
     outcome <now_ns> error|timeout|shed
-    outcome <now_ns> gave_up <waited_ns>   (the client closed while awaiting a response)
+    outcome <now_ns> gave_up|hung_up <waited_ns>   (a close while awaiting a response)
     tick <now_ns>                          -> answer one line: the limit
 
 Run it with:
@@ -31,7 +31,8 @@ def main() -> None:
             latency = int(args[1])
             fastest = latency if fastest is None else min(fastest, latency)
         elif word == "outcome":
-            gave_up = args[1] == "gave_up" and (fastest is None or int(args[2]) > fastest)
+            closed = args[1] in ("gave_up", "hung_up")
+            gave_up = closed and (fastest is None or int(args[2]) > fastest)
             failed = failed or args[1] in ("error", "timeout") or gave_up
         elif word == "tick":
             if failed:

@@ -7,7 +7,7 @@
 //! init <initial> <min> <max>
 //! sample <now_ns> <latency_ns> <inflight>
 //! outcome <now_ns> error|timeout|shed
-//! outcome <now_ns> gave_up <waited_ns>
+//! outcome <now_ns> gave_up|hung_up <waited_ns>
 //! tick <now_ns>                        <limit>
 //! ```
 
@@ -110,6 +110,9 @@ impl Controller for ExternalController {
             Outcome::Shed => self.send(format_args!("outcome {now_ns} shed")),
             Outcome::GaveUp { waited_ns } => {
                 self.send(format_args!("outcome {now_ns} gave_up {waited_ns}"))
+            }
+            Outcome::HungUp { waited_ns } => {
+                self.send(format_args!("outcome {now_ns} hung_up {waited_ns}"))
             }
         }
     }

@@ -400,7 +400,7 @@ fn log_signal(ev: &SignalEvent) {
             inflight,
         } => (latency_ns, inflight),
         Signal::Handshake { rtt_ns } => (rtt_ns, 0),
-        Signal::GaveUp { waited_ns } => (waited_ns, 0),
+        Signal::GaveUp { waited_ns } | Signal::HungUp { waited_ns } => (waited_ns, 0),
         _ => (0, 0),
     };
     debug!(

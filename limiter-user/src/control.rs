@@ -128,14 +128,15 @@ impl ControlLoop {
             Signal::ConnectRefused | Signal::Error => Outcome::Error,
             Signal::ConnectTimeout => Outcome::Timeout,
             Signal::GaveUp { waited_ns } => Outcome::GaveUp { waited_ns },
+            Signal::HungUp { waited_ns } => Outcome::HungUp { waited_ns },
             Signal::Handshake { .. } => return,
         };
         if let Some(m) = self.managed(ev.dest, ev.ts_ns, None) {
             match outcome {
                 Outcome::Timeout => m.timeouts = m.timeouts.saturating_add(1),
                 Outcome::Error => m.errors = m.errors.saturating_add(1),
-                // Whether a close was a goodbye or giving up is the controller's to judge.
-                Outcome::GaveUp { .. } | Outcome::Shed => {}
+                // Whether a close was a goodbye is the controller's to judge.
+                Outcome::GaveUp { .. } | Outcome::HungUp { .. } | Outcome::Shed => {}
             }
             m.controller.on_outcome(ev.ts_ns, outcome);
         }

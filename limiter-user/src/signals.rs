@@ -5,7 +5,7 @@ use std::os::fd::{AsFd, AsRawFd, RawFd};
 use aya::maps::{MapData, RingBuf};
 use limiter_common::{
     DestKey, LimiterSignal, SIGNAL_CONNECT_REFUSED, SIGNAL_CONNECT_TIMEOUT, SIGNAL_ERROR,
-    SIGNAL_GAVE_UP, SIGNAL_HANDSHAKE, SIGNAL_SAMPLE,
+    SIGNAL_GAVE_UP, SIGNAL_HANDSHAKE, SIGNAL_HUNG_UP, SIGNAL_SAMPLE,
 };
 
 /// What the kernel observed on one connection.
@@ -18,8 +18,12 @@ pub enum Signal {
     ConnectRefused,
     /// The SYN was never answered, or the client gave up connecting.
     ConnectTimeout,
-    /// Reset or closed by the peer while awaiting a response.
+    /// Reset by the peer while awaiting a response.
     Error,
+    /// Closed by the peer while awaiting a response, `waited_ns` after the request
+    /// started: a hang-up, or a server answering a client's goodbye by closing. The
+    /// controller tells the two apart.
+    HungUp { waited_ns: u64 },
     /// Closed locally while awaiting a response, `waited_ns` after the request started:
     /// the client gave up (its timeout), or said goodbye with a last message that gets no
     /// reply. The controller tells the two apart.
@@ -35,6 +39,7 @@ impl Signal {
             Signal::ConnectRefused => "connect_refused",
             Signal::ConnectTimeout => "connect_timeout",
             Signal::Error => "error",
+            Signal::HungUp { .. } => "hung_up",
             Signal::GaveUp { .. } => "gave_up",
             Signal::Handshake { .. } => "handshake",
         }
@@ -49,6 +54,9 @@ impl Signal {
             SIGNAL_CONNECT_REFUSED => Signal::ConnectRefused,
             SIGNAL_CONNECT_TIMEOUT => Signal::ConnectTimeout,
             SIGNAL_ERROR => Signal::Error,
+            SIGNAL_HUNG_UP => Signal::HungUp {
+                waited_ns: raw.value_ns,
+            },
             SIGNAL_GAVE_UP => Signal::GaveUp {
                 waited_ns: raw.value_ns,
             },
@@ -135,6 +143,10 @@ mod tests {
             Some(Signal::ConnectTimeout)
         );
         assert_eq!(Signal::decode(&raw(SIGNAL_ERROR, 0)), Some(Signal::Error));
+        assert_eq!(
+            Signal::decode(&raw(SIGNAL_HUNG_UP, 13)),
+            Some(Signal::HungUp { waited_ns: 13 })
+        );
         assert_eq!(
             Signal::decode(&raw(SIGNAL_GAVE_UP, 11)),
             Some(Signal::GaveUp { waited_ns: 11 })

@@ -177,6 +177,9 @@ pub enum Behaviour {
     },
     /// Read one framed request, then reset the connection.
     ResetAfterRequest,
+    /// Read one framed request, then close the connection (FIN), as a server answers a
+    /// client's goodbye.
+    CloseAfterRequest,
 }
 
 /// Response size of `Behaviour::Respond`, which the probe knows too.
@@ -203,6 +206,9 @@ fn serve(mut stream: TcpStream, behaviour: Behaviour) {
                 let _ = stream.write_all(&[0; RESPONSE_BYTES - 1]);
             }
         }
+        Behaviour::CloseAfterRequest => {
+            read_request(&mut stream);
+        }
         Behaviour::ResetAfterRequest => {
             if read_request(&mut stream) {
                 let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
@@ -224,7 +230,10 @@ pub struct Upstream {
 
 impl Upstream {
     pub fn start(bind: &str, behaviour: Behaviour) -> Self {
-        let listener = TcpListener::bind(bind).unwrap();
+        Self::serve(TcpListener::bind(bind).unwrap(), behaviour)
+    }
+
+    fn serve(listener: TcpListener, behaviour: Behaviour) -> Self {
         let addr = listener.local_addr().unwrap();
         let accepted = Arc::new(AtomicUsize::new(0));
         let counter = accepted.clone();
@@ -235,7 +244,10 @@ impl Upstream {
                 counter.fetch_add(1, Ordering::SeqCst);
                 match behaviour {
                     Behaviour::Hold => held.lock().unwrap().push(stream),
-                    Behaviour::Echo | Behaviour::Respond { .. } | Behaviour::ResetAfterRequest => {
+                    Behaviour::Echo
+                    | Behaviour::Respond { .. }
+                    | Behaviour::ResetAfterRequest
+                    | Behaviour::CloseAfterRequest => {
                         std::thread::spawn(move || serve(stream, behaviour));
                     }
                     Behaviour::Close => {
@@ -289,7 +301,9 @@ impl SlowHttp {
     }
 }
 
-fn serve_http(stream: TcpStream, delay_ms: &std::sync::atomic::AtomicU64) {
+/// Serves HTTP/1.1 requests on `stream`, each answered after `delay_ms`, until the client
+/// closes or asks to.
+pub fn serve_http(stream: TcpStream, delay_ms: &std::sync::atomic::AtomicU64) {
     let mut reader = BufReader::new(stream.try_clone().unwrap());
     let mut writer = stream;
     loop {
@@ -318,6 +332,7 @@ fn serve_http(stream: TcpStream, delay_ms: &std::sync::atomic::AtomicU64) {
 /// for network tests; no traffic leaves the machine.
 pub struct TestNetns {
     name: String,
+    host_if: String,
     peer_if: String,
     pub host_addr: std::net::Ipv4Addr,
     pub peer_addr: std::net::Ipv4Addr,
@@ -327,16 +342,19 @@ impl TestNetns {
     pub fn new() -> Self {
         static SEQ: AtomicUsize = AtomicUsize::new(0);
         let n = SEQ.fetch_add(1, Ordering::Relaxed);
-        let name = format!("limiter-test-{}-{n}", std::process::id());
-        let (host_if, peer_if) = (
-            format!("lt{}h{n}", std::process::id()),
-            format!("lt{}p{n}", std::process::id()),
-        );
+        let pid = std::process::id() as usize;
+        let name = format!("limiter-test-{pid}-{n}");
+        let (host_if, peer_if) = (format!("lt{pid}h{n}"), format!("lt{pid}p{n}"));
+        // A /24 per namespace, picked by process and sequence: two processes making their
+        // first namespace at once must not put the same subnet on two interfaces.
+        let subnet = (pid * 8 + n) % 512;
+        let (second, third) = ((18 + subnet / 256) as u8, (subnet % 256) as u8);
         let net = TestNetns {
             name: name.clone(),
+            host_if: host_if.clone(),
             peer_if: peer_if.clone(),
-            host_addr: std::net::Ipv4Addr::new(198, 18, n as u8, 1),
-            peer_addr: std::net::Ipv4Addr::new(198, 18, n as u8, 2),
+            host_addr: std::net::Ipv4Addr::new(198, second, third, 1),
+            peer_addr: std::net::Ipv4Addr::new(198, second, third, 2),
         };
         let ip = |args: &[&str]| {
             let status = Command::new("ip")
@@ -388,6 +406,12 @@ impl TestNetns {
 
     /// Starts an upstream inside the namespace, listening on its veth address.
     pub fn upstream(&self, behaviour: Behaviour) -> Upstream {
+        Upstream::serve(self.listener(), behaviour)
+    }
+
+    /// A listener inside the namespace on its veth address; a socket stays in the namespace
+    /// it was made in, so whichever thread serves it.
+    pub fn listener(&self) -> TcpListener {
         let path = format!("/var/run/netns/{}", self.name);
         let bind = format!("{}:0", self.peer_addr);
         std::thread::spawn(move || {
@@ -398,7 +422,7 @@ impl TestNetns {
                 unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) },
                 0
             );
-            Upstream::start(&bind, behaviour)
+            TcpListener::bind(bind).unwrap()
         })
         .join()
         .unwrap()
@@ -413,7 +437,11 @@ impl Default for TestNetns {
 
 impl Drop for TestNetns {
     fn drop(&mut self) {
-        // Deleting the namespace deletes its end of the veth pair, and with it the other.
+        // Deleting one end of the pair deletes the other at once; the namespace itself goes
+        // once the last socket made in it is closed.
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.host_if])
+            .status();
         let _ = Command::new("ip")
             .args(["netns", "del", &self.name])
             .status();

@@ -155,6 +155,11 @@ fn every_outcome_is_reported_once_per_connection() {
     let lines =
         Probe::spawn(&cg, &["exchange", "--to", &resetter.addr.to_string()]).lines_until_exit();
     assert_eq!(lines, [format!("err {}", libc::ECONNRESET)]);
+    // The upstream closes (FIN) while the request awaits its response.
+    let hanger = Upstream::start("127.0.0.1:0", Behaviour::CloseAfterRequest);
+    let lines =
+        Probe::spawn(&cg, &["exchange", "--to", &hanger.addr.to_string()]).lines_until_exit();
+    assert_eq!(lines.len(), 1, "{lines:?}");
     // The client closes while awaiting its response.
     let slow = respond(2000, 0);
     let lines = Probe::spawn(
@@ -179,6 +184,13 @@ fn every_outcome_is_reported_once_per_connection() {
     assert_eq!(count(endings.refused, "connect_refused"), 1);
     assert_eq!(count(endings.blackhole.addr, "connect_timeout"), 3);
     assert_eq!(count(resetter.addr, "error"), 1);
+    assert_eq!(count(resetter.addr, "hung_up"), 0, "a reset is an error");
+    wait_until("the hang-up", || count(hanger.addr, "hung_up") == 1);
+    assert_eq!(
+        count(hanger.addr, "error"),
+        0,
+        "a close is reported as a hang-up"
+    );
     assert_eq!(count(resetter.addr, "handshake"), 1);
     assert_eq!(count(slow.addr, "gave_up"), 1);
     assert_eq!(
@@ -187,7 +199,13 @@ fn every_outcome_is_reported_once_per_connection() {
         "giving up is not an upstream error"
     );
     // Connections that ended normally report no outcome.
-    for kind in ["error", "gave_up", "connect_refused", "connect_timeout"] {
+    for kind in [
+        "error",
+        "hung_up",
+        "gave_up",
+        "connect_refused",
+        "connect_timeout",
+    ] {
         assert_eq!(
             count(endings.echo.addr, kind),
             0,

@@ -4,6 +4,7 @@ mod artifacts;
 mod bench;
 mod client;
 mod dist;
+mod lab;
 mod vm;
 
 use std::{
@@ -33,6 +34,9 @@ enum Task {
     /// The Debian package (needs cargo-deb): the stripped agent, the systemd unit, the
     /// example configuration as a conffile, completions and man pages.
     Dist(dist::Options),
+    /// The limiter against nginx and pgbench on real traffic, with an upstream that slows
+    /// down and recovers (root; writes docs/lab.md).
+    Lab(lab::Options),
     /// A load generator the benchmarks start inside the limited cgroup.
     #[command(hide = true)]
     BenchClient(client::Options),
@@ -48,12 +52,13 @@ fn main() -> ExitCode {
         Task::Test(options) => vm::test(&options),
         Task::Bench(options) => bench::run(options),
         Task::Dist(options) => dist::run_dist(options),
+        Task::Lab(options) => lab::run(options),
         Task::BenchClient(options) => client::run(options),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("Error: {e:?}");
+            eprintln!("Error: {e:#}");
             ExitCode::FAILURE
         }
     }

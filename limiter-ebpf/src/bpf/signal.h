@@ -115,9 +115,12 @@ static __always_inline void on_ingress(struct sock_state *ss, const struct tcp_s
 		emit_signal_at(ss, LIMITER_SIGNAL_SAMPLE, now, now - ss->request_ns,
 			       ss->request_inflight);
 	} else if (seg->rst || seg->fin) {
-		/* The peer hung up on an outstanding request. */
+		/* The peer ended the connection on an outstanding request. A FIN microseconds
+		 * after a client's goodbye is the server answering it by closing: user space
+		 * tells that from a hang-up by the wait. */
 		ss->phase = LIMITER_PHASE_IDLE;
-		emit_signal(ss, LIMITER_SIGNAL_ERROR, bpf_ktime_get_ns() - ss->request_ns, 0);
+		emit_signal(ss, seg->rst ? LIMITER_SIGNAL_ERROR : LIMITER_SIGNAL_HUNG_UP,
+			    bpf_ktime_get_ns() - ss->request_ns, 0);
 	}
 }
 

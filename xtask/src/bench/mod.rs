@@ -4,20 +4,20 @@
 
 pub mod agent;
 mod agent_cost;
-mod binaries;
+pub mod binaries;
 mod connect;
 mod control;
 mod exchange;
 mod http;
-mod interrupt;
+pub mod interrupt;
 mod kernel;
 mod listener;
-mod machine;
-mod process;
+pub mod machine;
+pub mod process;
 mod report;
-mod servers;
-mod stats;
-mod wrk;
+pub mod servers;
+pub mod stats;
+pub mod wrk;
 
 use std::path::PathBuf;
 
@@ -94,20 +94,10 @@ impl Scale {
 }
 
 pub fn run(options: Options) -> Result<()> {
-    ensure!(
-        crate::is_root(),
-        "the benchmarks attach eBPF programs and make cgroups: run them as root \
-         (sudo -E env \"PATH=$PATH\" cargo xtask bench)"
-    );
-    interrupt::install()?;
-    let inherited = kernel::inherited_programs()?;
-    ensure!(
-        inherited.is_empty(),
-        "eBPF programs attached to a parent cgroup would run in every condition, \"no programs\" \
-         included: {} (see `bpftool cgroup tree`)",
-        inherited.join(", ")
-    );
-    raise_open_files_limit()?;
+    preflight(
+        "the benchmarks attach eBPF programs and make cgroups",
+        "bench",
+    )?;
     let (scale, bins) = if options.smoke {
         println!("smoke run: one short iteration of each part; its figures mean nothing");
         (&Scale::SMOKE, Binaries::this_program()?)
@@ -173,6 +163,26 @@ pub fn run(options: Options) -> Result<()> {
         eprintln!("bench: results written to {}", path.display());
     }
     Ok(())
+}
+
+/// Root, no programs inherited from a parent cgroup, Ctrl-C ending it cleanly, and room for
+/// many descriptors: what `cargo xtask TASK` needs before it starts anything (`why` says
+/// why root).
+pub fn preflight(why: &str, task: &str) -> Result<()> {
+    ensure!(
+        crate::is_root(),
+        "{why}: run it as root \
+         (sudo -E env \"PATH=$PATH\" cargo xtask {task})"
+    );
+    interrupt::install()?;
+    let inherited = kernel::inherited_programs()?;
+    ensure!(
+        inherited.is_empty(),
+        "eBPF programs attached to a parent cgroup would run in every condition, \"no programs\" \
+         included: {} (see `bpftool cgroup tree`)",
+        inherited.join(", ")
+    );
+    raise_open_files_limit()
 }
 
 /// Never silent: what a run leaves out is said where it runs, and in the report.

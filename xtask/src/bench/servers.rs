@@ -18,7 +18,14 @@ use super::process;
 pub struct Server {
     pub addr: SocketAddr,
     child: Child,
-    _dir: TempDir,
+    dir: TempDir,
+}
+
+impl Server {
+    /// Its temporary directory: configuration, logs.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
 }
 
 impl Drop for Server {
@@ -28,29 +35,54 @@ impl Drop for Server {
     }
 }
 
+/// What an nginx of ours does: its worker count, lines for its `http` block, and the body
+/// of its one `location /`. Relative paths in them are inside its temporary directory.
+pub struct Nginx<'a> {
+    pub workers: usize,
+    pub http: &'a str,
+    pub location: &'a str,
+}
+
 /// nginx answering every request with a small body, on one worker.
 pub fn nginx(cgroup: &TestCgroup) -> Result<Server> {
-    let dir = tempfile::tempdir()?;
-    let addr = free_port()?;
-    let d = dir.path().display();
-    let config = format!(
-        "daemon off;\nworker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
-         events {{ worker_connections 4096; }}\n\
-         http {{\n  access_log off;\n  keepalive_requests 1000000;\n  keepalive_timeout 300s;\n\
-         \x20 client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n\
-         \x20 fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n\
-         \x20 scgi_temp_path {d}/scgi;\n\
-         \x20 server {{\n    listen {addr};\n    location / {{ return 200 \"ok\\n\"; }}\n  }}\n}}\n"
-    );
-    let path = dir.path().join("nginx.conf");
-    std::fs::write(&path, config)?;
-    let mut cmd = process::in_cgroup(cgroup, Path::new("nginx"));
-    cmd.arg("-p")
-        .arg(dir.path())
-        .arg("-e")
-        .arg(dir.path().join("error.log"));
-    cmd.arg("-c").arg(&path);
-    start(cmd, addr, dir)
+    Nginx {
+        workers: 1,
+        http: "access_log off;",
+        location: "return 200 \"ok\\n\";",
+    }
+    .start(cgroup)
+}
+
+impl Nginx<'_> {
+    pub fn start(&self, cgroup: &TestCgroup) -> Result<Server> {
+        let dir = tempfile::tempdir()?;
+        let addr = free_port()?;
+        let d = dir.path().display();
+        let Nginx {
+            workers,
+            http,
+            location,
+        } = self;
+        let config = format!(
+            "daemon off;\nworker_processes {workers};\npid {d}/nginx.pid;\n\
+             error_log {d}/error.log warn;\n\
+             events {{ worker_connections 4096; }}\n\
+             http {{\n  {http}\n  keepalive_requests 1000000;\n  keepalive_timeout 300s;\n\
+             \x20 client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n\
+             \x20 fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n\
+             \x20 scgi_temp_path {d}/scgi;\n\
+             \x20 server {{\n    listen {addr};\n    location / {{ {location} }}\n  }}\n}}\n"
+        );
+        let path = dir.path().join("nginx.conf");
+        std::fs::write(&path, config)?;
+        let mut cmd = process::in_cgroup(cgroup, Path::new("nginx"));
+        cmd.arg("-p")
+            .arg(dir.path())
+            .arg("-e")
+            .arg(dir.path().join("error.log"));
+        cmd.arg("-c").arg(&path);
+        start(cmd, addr, dir)
+    }
 }
 
 /// HAProxy in front of `upstream`, with `maxconn` per server: the proxy's concurrency cap.
@@ -77,11 +109,7 @@ fn start(mut cmd: std::process::Command, addr: SocketAddr, dir: TempDir) -> Resu
         .stdout(Stdio::null())
         .spawn()
         .with_context(|| format!("cannot start {cmd:?}"))?;
-    let server = Server {
-        addr,
-        child,
-        _dir: dir,
-    };
+    let server = Server { addr, child, dir };
     wait_until(&format!("{cmd:?} to listen on {addr}"), || {
         TcpStream::connect(addr).is_ok()
     });

@@ -1,8 +1,12 @@
 //! wrk, the HTTP load generator, with a script that reports in JSON.
 
-use std::{path::Path, time::Duration};
+use std::{
+    path::Path,
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
 
-use anyhow::{ensure, Result};
+use anyhow::{ensure, Context, Result};
 use limiter_integration_tests::{TempFile, TestCgroup};
 use serde::Deserialize;
 
@@ -55,6 +59,7 @@ pub struct Wrk {
     script: TempFile,
     pub threads: usize,
     pub connections: usize,
+    timeout: Option<Duration>,
 }
 
 impl Wrk {
@@ -63,18 +68,41 @@ impl Wrk {
             script: TempFile::new("bench-wrk.lua", REPORT_SCRIPT),
             threads,
             connections,
+            timeout: None,
         }
+    }
+
+    /// Every connection waits `think` between a response and its next request, as users do;
+    /// a request unanswered after `timeout` counts as a timeout.
+    pub fn with_think_time(
+        threads: usize,
+        connections: usize,
+        think: Duration,
+        timeout: Duration,
+    ) -> Self {
+        let delay = format!("delay = function() return {} end\n", think.as_millis());
+        Wrk {
+            script: TempFile::new("think-wrk.lua", &(delay + REPORT_SCRIPT)),
+            threads,
+            connections,
+            timeout: Some(timeout),
+        }
+    }
+
+    fn command(&self, mut cmd: Command, url: &str, duration: Duration) -> Command {
+        cmd.args(["-t", &self.threads.to_string()])
+            .args(["-c", &self.connections.to_string()])
+            .args(["-d", &format!("{}s", duration.as_secs().max(1))]);
+        if let Some(timeout) = self.timeout {
+            cmd.args(["--timeout", &format!("{}s", timeout.as_secs().max(1))]);
+        }
+        cmd.arg("-s").arg(&self.script.0).arg(url);
+        cmd
     }
 
     /// Keep-alive GETs to `url` from inside `cgroup` for `duration` (whole seconds).
     pub fn run(&self, cgroup: &TestCgroup, url: &str, duration: Duration) -> Result<WrkReport> {
-        let mut cmd = process::in_cgroup(cgroup, Path::new("wrk"));
-        cmd.args(["-t", &self.threads.to_string()])
-            .args(["-c", &self.connections.to_string()])
-            .args(["-d", &format!("{}s", duration.as_secs().max(1))])
-            .arg("-s")
-            .arg(&self.script.0)
-            .arg(url);
+        let cmd = self.command(process::in_cgroup(cgroup, Path::new("wrk")), url, duration);
         let report: WrkReport = crate::client::parse_report(&process::output(cmd)?)?;
         ensure!(
             report.errors.total() == 0 && report.requests > 0,
@@ -83,6 +111,43 @@ impl Wrk {
             report.errors
         );
         Ok(report)
+    }
+
+    /// The same from where this program runs, in the background; errors are figures here.
+    pub fn start(&self, url: &str, duration: Duration) -> Result<Background> {
+        let mut cmd = self.command(Command::new("wrk"), url, duration);
+        process::dies_with_parent(&mut cmd);
+        let child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("cannot start {cmd:?}"))?;
+        Ok(Background(Some(child)))
+    }
+}
+
+/// wrk running; killed if dropped before it finishes.
+pub struct Background(Option<Child>);
+
+impl Background {
+    pub fn finish(mut self) -> Result<WrkReport> {
+        let out = self.0.take().expect("finished once").wait_with_output()?;
+        ensure!(
+            out.status.success(),
+            "wrk failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        crate::client::parse_report(&String::from_utf8_lossy(&out.stdout))
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 

@@ -1,0 +1,49 @@
+//! The limiter under test: none, the agent in prod, or the agent in shadow.
+
+use std::net::SocketAddrV4;
+
+use anyhow::Result;
+use limiter_integration_tests::{Agent, TestCgroup};
+
+use super::sampler::Sampler;
+use crate::bench::binaries::Binaries;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Limiter {
+    None,
+    Prod,
+    Shadow,
+}
+
+impl Limiter {
+    pub fn label(self) -> &'static str {
+        match self {
+            Limiter::None => "no limiter",
+            Limiter::Prod => "limiter in prod",
+            Limiter::Shadow => "limiter in shadow",
+        }
+    }
+
+    /// Starts the agent on `cgroup`, with its defaults but for the mode (nothing for no
+    /// limiter), and a sampler of `destination` that reads it.
+    pub fn attach<'a>(
+        self,
+        bins: &'a Binaries,
+        cgroup: &'a TestCgroup,
+        destination: SocketAddrV4,
+    ) -> Result<(Option<Agent>, Sampler<'a>)> {
+        let mode = match self {
+            Limiter::None => None,
+            Limiter::Prod => Some("prod"),
+            Limiter::Shadow => Some("shadow"),
+        };
+        let agent = mode
+            .map(|mode| bins.agent.start(cgroup, &["--mode", mode]))
+            .transpose()?;
+        let sampler = Sampler {
+            agent: agent.as_ref().map(|_| (&bins.agent, cgroup)),
+            destination,
+        };
+        Ok((agent, sampler))
+    }
+}

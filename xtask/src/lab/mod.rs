@@ -1,0 +1,177 @@
+//! `cargo xtask lab`: the limiter against unmodified programs on real traffic. nginx
+//! proxies to an upstream with bounded workers whose service time rises 27-fold for a
+//! while, and pgbench opens a connection per transaction to PostgreSQL, each with no
+//! limiter and with it; docs/lab.md gets what happened. Every process, cgroup, namespace,
+//! directory and pin it makes is gone when it ends, however it ends.
+
+mod access_log;
+mod connections;
+mod figures;
+mod limiter;
+mod pgbench;
+mod phases;
+mod plot;
+mod postgres;
+mod report;
+mod rig;
+mod sampler;
+mod series;
+mod tools;
+mod upstream;
+
+use std::{
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use anyhow::{Context, Result};
+use clap::{Args, ValueEnum};
+
+use crate::bench::{self, binaries::Binaries, machine::Machine};
+use limiter::Limiter;
+use phases::Phases;
+
+#[derive(Args)]
+pub struct Options {
+    /// One short iteration of every run, to show the code path works: no build, figures
+    /// that mean nothing, and the report written to --out (by default a temporary directory).
+    #[arg(long)]
+    smoke: bool,
+    /// The report; its pictures go to img/ beside it (default: docs/lab.md).
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+    /// Seconds of healthy traffic before the incident.
+    #[arg(long, value_name = "SECS", default_value_t = 30)]
+    healthy: u64,
+    /// Seconds the upstream is slow.
+    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    incident: u64,
+    /// Seconds of healthy traffic after it.
+    #[arg(long, value_name = "SECS", default_value_t = 30)]
+    recovery: u64,
+    /// Seconds of each of pgbench's three phases (healthy, slow queries, healthy).
+    #[arg(long, value_name = "SECS", default_value_t = 20)]
+    pgbench_phase: u64,
+    /// The nginx rig's runs, in order (none of them: an empty value).
+    #[arg(long, value_enum, value_delimiter = ',', num_args = 0.., default_value = "none,prod,shadow")]
+    nginx: Vec<Limiter>,
+    /// pgbench's runs, in order.
+    #[arg(long, value_enum, value_delimiter = ',', num_args = 0.., default_value = "none,prod")]
+    pgbench: Vec<Limiter>,
+    /// Also write every run's readings as CSV files into this directory.
+    #[arg(long, value_name = "DIR")]
+    series: Option<PathBuf>,
+}
+
+impl Options {
+    fn phases(&self) -> (Phases, Phases) {
+        let secs = Duration::from_secs;
+        if self.smoke {
+            let short = Phases::new(secs(2), secs(2), secs(2));
+            return (short, short);
+        }
+        let pg = secs(self.pgbench_phase);
+        (
+            Phases::new(secs(self.healthy), secs(self.incident), secs(self.recovery)),
+            Phases::new(pg, pg, pg),
+        )
+    }
+
+    fn out(&self) -> PathBuf {
+        match &self.out {
+            Some(path) => path.clone(),
+            None if self.smoke => std::env::temp_dir().join("limiter-lab-smoke/lab.md"),
+            None => crate::workspace_root().join("docs/lab.md"),
+        }
+    }
+}
+
+pub fn run(options: Options) -> Result<()> {
+    bench::preflight(
+        "the lab attaches eBPF programs and makes cgroups, a network namespace and a \
+         PostgreSQL cluster",
+        "lab",
+    )?;
+    let postgres = tools::check()?;
+    let (rig_phases, pg_phases) = options.phases();
+    let bins = if options.smoke {
+        println!("smoke run: one short iteration of every run; its figures mean nothing");
+        Binaries::this_program()?
+    } else {
+        Binaries::release()?
+    };
+    let mut machine = Machine::describe()?;
+    let command = if options.smoke {
+        "cargo xtask lab --smoke".to_string()
+    } else {
+        let runs = |runs: &[Limiter]| {
+            runs.iter()
+                .map(|r| {
+                    r.to_possible_value()
+                        .expect("no skipped variants")
+                        .get_name()
+                        .to_string()
+                })
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        format!(
+            "cargo xtask lab --healthy {} --incident {} --recovery {} --pgbench-phase {} \
+             --nginx {} --pgbench {}",
+            options.healthy,
+            options.incident,
+            options.recovery,
+            options.pgbench_phase,
+            runs(&options.nginx),
+            runs(&options.pgbench)
+        )
+    };
+
+    let upstream = upstream::Upstream::start()?;
+    let mut rig_runs = Vec::new();
+    for &limiter in &options.nginx {
+        eprintln!("lab: nginx, {}", limiter.label());
+        rig_runs.push(rig::run(&bins, rig_phases, limiter, &upstream)?);
+    }
+    drop(upstream);
+    let cluster = postgres::Cluster::start(&postgres)?;
+    let mut pg_runs = Vec::new();
+    for &limiter in &options.pgbench {
+        eprintln!("lab: pgbench, {}", limiter.label());
+        pg_runs.push(pgbench::run(&bins, pg_phases, &cluster, limiter)?);
+    }
+    drop(cluster);
+    machine.idle_after = Some(bench::machine::idle_percent()?);
+
+    let out = options.out();
+    let images = out.parent().unwrap_or(Path::new(".")).join("img");
+    std::fs::create_dir_all(&images)
+        .with_context(|| format!("cannot create {}", images.display()))?;
+    let pictures = report::Pictures {
+        rig: "img/lab-nginx.svg".into(),
+        pgbench: "img/lab-pgbench.svg".into(),
+    };
+    if let Some(dir) = &options.series {
+        series::write(dir, &rig_runs, &pg_runs)?;
+    }
+    plot::rig(&images.join("lab-nginx.svg"), &rig_runs)?;
+    plot::pgbench(&images.join("lab-pgbench.svg"), &pg_runs)?;
+    let markdown = report::Report {
+        machine,
+        command,
+        pgbench_version: bench::machine::command_line(
+            &postgres.program("pgbench").to_string_lossy(),
+            &["--version"],
+        )?,
+        rig_phases,
+        pg_phases,
+        rig: &rig_runs,
+        pgbench: &pg_runs,
+        pictures,
+    }
+    .render();
+    std::fs::write(&out, &markdown).with_context(|| format!("cannot write {}", out.display()))?;
+    println!("{markdown}");
+    eprintln!("lab: report written to {}", out.display());
+    Ok(())
+}

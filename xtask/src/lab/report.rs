@@ -1,0 +1,412 @@
+//! docs/lab.md: how it was measured, the targets met or not, and the figures per phase.
+
+use std::fmt::Write as _;
+
+use super::{
+    figures::{self, PhaseFigures},
+    limiter::Limiter,
+    pgbench::{self, PgRun},
+    phases::{Phase, Phases},
+    rig::{self, RigRun},
+    upstream,
+};
+use crate::bench::machine::{command_line, Machine};
+
+pub struct Pictures {
+    pub rig: String,
+    pub pgbench: String,
+}
+
+pub struct Report<'a> {
+    pub machine: Machine,
+    pub command: String,
+    pub pgbench_version: String,
+    pub rig_phases: Phases,
+    pub pg_phases: Phases,
+    pub rig: &'a [RigRun],
+    pub pgbench: &'a [PgRun],
+    pub pictures: Pictures,
+}
+
+/// Incident goodput must reach this share of what the upstream can serve.
+const INCIDENT_GOODPUT: f64 = 0.9;
+/// p99 of admitted requests, as a multiple of the upstream's service time.
+const P99_OVER_SERVICE: f64 = 1.3;
+const RECOVERY_S: f64 = 5.0;
+/// pgbench's throughput with the limiter against without it.
+const PGBENCH_TPS: f64 = 0.97;
+
+/// One run's figures, worked out once.
+struct RigFigures<'a> {
+    run: &'a RigRun,
+    phases: Vec<(Phase, PhaseFigures)>,
+    recovery_s: Option<f64>,
+}
+
+impl<'a> RigFigures<'a> {
+    fn new(run: &'a RigRun) -> Self {
+        let phases: Vec<(Phase, PhaseFigures)> = Phase::ALL
+            .into_iter()
+            .map(|p| {
+                (
+                    p,
+                    figures::phase(&run.requests, &run.ticks, run.phases.window(p)),
+                )
+            })
+            .collect();
+        let total = run.phases.total().as_secs_f64();
+        let goodput = figures::per_second(&run.requests, 200, total);
+        let restore = run.phases.window(Phase::Recovery).0;
+        let recovery_s = figures::recovery_s(&goodput, restore, phases[0].1.goodput);
+        RigFigures {
+            run,
+            phases,
+            recovery_s,
+        }
+    }
+
+    fn of(&self, phase: Phase) -> &PhaseFigures {
+        &self.phases[phase as usize].1
+    }
+
+    /// What the limiter turned away (prod) or would have (shadow) in `phase`.
+    fn shed(&self, phase: Phase) -> Option<u64> {
+        let f = self.of(phase);
+        match self.run.limiter {
+            Limiter::None => None,
+            Limiter::Prod => f.shed,
+            Limiter::Shadow => f.would_shed,
+        }
+    }
+}
+
+fn verdict(met: bool, value: String) -> String {
+    if met {
+        format!("met ({value})")
+    } else {
+        format!("**not met** ({value})")
+    }
+}
+
+fn ms(v: Option<f64>) -> String {
+    v.map_or("-".into(), |v| format!("{v:.0}"))
+}
+
+impl Report<'_> {
+    pub fn render(&self) -> String {
+        let rig: Vec<RigFigures> = self.rig.iter().map(RigFigures::new).collect();
+        let mut out = String::new();
+        self.render_header(&mut out);
+        self.render_targets(&mut out, &rig);
+        self.render_rig(&mut out, &rig);
+        self.render_pgbench(&mut out);
+        self.render_reading(&mut out);
+        render_running(&mut out);
+        out
+    }
+
+    fn render_header(&self, out: &mut String) {
+        let m = &self.machine;
+        let secs = |p: &Phases, phase| p.duration(phase).as_secs();
+        let version = |program, args| command_line(program, args).unwrap_or_default();
+        let _ = write!(
+            out,
+            "# The lab: the limiter on real traffic\n\n\
+             Written by `{command}`, which replaces this file on every run; the figures are what \
+             that run measured. Unmodified programs from Debian's packages, with configurations \
+             of the lab's own:\n\n\
+             - **nginx rig.** nginx ({nginx}, {workers} workers, a new upstream connection per \
+             request, `proxy_read_timeout {timeout}s`) in a cgroup of its own, which the limiter \
+             protects; it proxies to an HTTP upstream with {upstream_workers} workers (connections \
+             beyond them wait in its listen queue) in a network namespace of its own, reached over \
+             a veth pair. wrk ({wrk}) runs outside that cgroup with {clients} keep-alive \
+             connections and {think} ms of think time between a response and the next request. \
+             Phases: healthy ({h} s at {healthy_ms} ms of service time), incident ({i} s at \
+             {slow_ms} ms: the upstream's own dependency slowed, its workers are all there), \
+             recovery ({r} s at {healthy_ms} ms). Runs: no limiter, the limiter in prod, the \
+             limiter in shadow, each with its defaults and a fresh nginx.\n\
+             - **pgbench.** {pgbench} with a connection per transaction (`-C`, {pg_clients} \
+             clients) in a cgroup of its own, against a PostgreSQL cluster the lab makes with \
+             initdb and runs on a loopback port. Each transaction is `SELECT pg_sleep(d)`: d is 0 \
+             for {ph} s, {pg_slow} ms for {pi} s, 0 for {pr} s. Runs: no limiter, the limiter in \
+             prod.\n\n\
+             The limit, the limiter's in-flight count and its counters were read with \
+             `limiter-user status --json` every {period} ms; connections held to the upstream \
+             from the kernel's socket table; requests from nginx's access log.\n\n\
+             **Measured:** {date}, commit {commit}, on {cpus} CPUs ({model}, {memory}), kernel \
+             {kernel}. The machine was shared with other work while the lab ran (idle {idle_before:.0} % \
+             in the second before, {idle_after} after): the figures are noisy, and a second run \
+             gives different ones.\n\n",
+            command = self.command,
+            nginx = version("nginx", &["-v"]),
+            workers = rig::NGINX_WORKERS,
+            timeout = rig::READ_TIMEOUT.as_secs(),
+            upstream_workers = upstream::WORKERS,
+            wrk = version("wrk", &["-v"]),
+            clients = rig::CLIENTS,
+            think = rig::THINK.as_millis(),
+            h = secs(&self.rig_phases, Phase::Healthy),
+            i = secs(&self.rig_phases, Phase::Incident),
+            r = secs(&self.rig_phases, Phase::Recovery),
+            healthy_ms = upstream::HEALTHY.as_millis(),
+            slow_ms = upstream::SLOW.as_millis(),
+            pgbench = self.pgbench_version,
+            pg_clients = pgbench::CLIENTS,
+            ph = secs(&self.pg_phases, Phase::Healthy),
+            pi = secs(&self.pg_phases, Phase::Incident),
+            pr = secs(&self.pg_phases, Phase::Recovery),
+            pg_slow = pgbench::SLOW_QUERY.as_millis(),
+            period = super::phases::SAMPLE_PERIOD.as_millis(),
+            date = m.date,
+            commit = m.commit,
+            cpus = m.cpus,
+            model = m.cpu_model,
+            memory = m.memory,
+            kernel = m.kernel,
+            idle_before = m.idle_before,
+            idle_after = m
+                .idle_after
+                .map_or("-".into(), |v| format!("{v:.0} %")),
+        );
+    }
+
+    fn render_targets(&self, out: &mut String, rig: &[RigFigures]) {
+        let capacity = upstream::capacity(upstream::SLOW);
+        let _ = writeln!(out, "## Targets\n");
+        let _ = write!(out, "| target |");
+        for f in rig {
+            let _ = write!(out, " {} |", f.run.limiter.label());
+        }
+        let _ = write!(out, "\n|---|");
+        for _ in rig {
+            let _ = write!(out, "---|");
+        }
+        let _ = writeln!(out);
+        let row = |out: &mut String, name: String, cell: &dyn Fn(&RigFigures) -> String| {
+            let _ = write!(out, "| {name} |");
+            for f in rig {
+                let _ = write!(out, " {} |", cell(f));
+            }
+            let _ = writeln!(out);
+        };
+        row(
+            out,
+            "0 shed while healthy (shadow: would_shed)".into(),
+            &|f| match f.shed(Phase::Healthy) {
+                None => "n/a".into(),
+                Some(n) => verdict(n == 0, n.to_string()),
+            },
+        );
+        row(
+            out,
+            format!(
+                "incident goodput >= {:.0} % of the upstream's capacity ({capacity:.1}/s)",
+                INCIDENT_GOODPUT * 100.0
+            ),
+            &|f| {
+                let g = f.of(Phase::Incident).goodput;
+                verdict(g >= INCIDENT_GOODPUT * capacity, format!("{g:.1}/s"))
+            },
+        );
+        for (phase, service) in [
+            (Phase::Healthy, upstream::HEALTHY),
+            (Phase::Incident, upstream::SLOW),
+        ] {
+            let bound = P99_OVER_SERVICE * service.as_secs_f64() * 1e3;
+            row(
+                out,
+                format!(
+                    "p99 of admitted requests, {}, <= {P99_OVER_SERVICE} x {} ms",
+                    phase.label(),
+                    service.as_millis()
+                ),
+                &|f| match f.of(phase).p99_ms {
+                    None => "no requests".into(),
+                    Some(p99) => verdict(p99 <= bound, format!("{p99:.0} ms")),
+                },
+            );
+        }
+        row(
+            out,
+            format!("recovery <= {RECOVERY_S} s"),
+            &|f| match f.recovery_s {
+                None => "**not met** (not within the recovery phase)".into(),
+                Some(s) => verdict(s <= RECOVERY_S, format!("{s:.0} s")),
+            },
+        );
+        let _ = writeln!(out);
+        let unlimited = self.pgbench.iter().find(|r| r.limiter == Limiter::None);
+        for run in self.pgbench.iter().filter(|r| r.limiter != Limiter::None) {
+            let _ = writeln!(
+                out,
+                "pgbench, {}: 0 aborted clients: {}; tps >= {PGBENCH_TPS} x the run without a \
+                 limiter: {}.\n",
+                run.limiter.label(),
+                verdict(run.aborted == 0, format!("{} aborted", run.aborted)),
+                match unlimited {
+                    Some(u) => verdict(
+                        run.tps >= PGBENCH_TPS * u.tps,
+                        format!("{:.1} against {:.1}", run.tps, u.tps)
+                    ),
+                    None => "no run without it".into(),
+                }
+            );
+        }
+    }
+
+    fn render_rig(&self, out: &mut String, rig: &[RigFigures]) {
+        if rig.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            out,
+            "## nginx rig\n\n![limit, in-flight and goodput over time]({})\n",
+            self.pictures.rig
+        );
+        for f in rig {
+            let shed = match f.run.limiter {
+                Limiter::Shadow => "would_shed",
+                _ => "shed",
+            };
+            let _ = writeln!(
+                out,
+                "### {}\n\n\
+                 | phase | goodput /s | p50 ms | p99 ms | 502 /s | 504 /s | held to upstream (mean / max) | {shed} | limit (min - max) |\n\
+                 |---|---|---|---|---|---|---|---|---|",
+                f.run.limiter.label()
+            );
+            for (phase, p) in &f.phases {
+                let _ = writeln!(
+                    out,
+                    "| {} | {:.1} | {} | {} | {:.1} | {:.1} | {:.1} / {} | {} | {} |",
+                    phase.label(),
+                    p.goodput,
+                    ms(p.p50_ms),
+                    ms(p.p99_ms),
+                    p.bad_gateway_per_s,
+                    p.timeout_per_s,
+                    p.held_mean,
+                    p.held_max,
+                    f.shed(*phase).map_or("-".into(), |n| n.to_string()),
+                    p.limit_range
+                        .map_or("-".into(), |(lo, hi)| format!("{lo} - {hi}")),
+                );
+            }
+            let e = &f.run.wrk.errors;
+            let _ = writeln!(
+                out,
+                "\nRecovery: {}. wrk: {} responses, socket errors: connect {}, read {}, write {}, \
+                 timeout {}.\n",
+                f.recovery_s.map_or(
+                    "goodput not back within the recovery phase".into(),
+                    |s| format!("{s:.0} s to goodput back at 90 % of healthy")
+                ),
+                f.run.wrk.requests,
+                e.connect,
+                e.read,
+                e.write,
+                e.timeout
+            );
+        }
+    }
+
+    fn render_pgbench(&self, out: &mut String) {
+        if self.pgbench.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            out,
+            "## pgbench\n\n![limit, in-flight and throughput over time]({})\n\n\
+             | run | tps | tps healthy / slow / recovery | transactions | aborted clients | shed | limit (min - max) |\n\
+             |---|---|---|---|---|---|---|",
+            self.pictures.pgbench
+        );
+        for run in self.pgbench {
+            let tps_in = |phase| {
+                let (from, to) = run.phases.window(phase);
+                let inside: Vec<f64> = run
+                    .progress
+                    .iter()
+                    .filter(|(at, _)| *at > from && *at <= to)
+                    .map(|(_, tps)| *tps)
+                    .collect();
+                format!(
+                    "{:.0}",
+                    inside.iter().sum::<f64>() / inside.len().max(1) as f64
+                )
+            };
+            let whole = figures::phase(&[], &run.ticks, (0.0, f64::INFINITY));
+            let _ = writeln!(
+                out,
+                "| {} | {:.1} | {} / {} / {} | {} | {} | {} | {} |",
+                run.limiter.label(),
+                run.tps,
+                tps_in(Phase::Healthy),
+                tps_in(Phase::Incident),
+                tps_in(Phase::Recovery),
+                run.transactions,
+                run.aborted,
+                whole.shed.map_or("-".into(), |n| n.to_string()),
+                whole
+                    .limit_range
+                    .map_or("-".into(), |(lo, hi)| format!("{lo} - {hi}")),
+            );
+        }
+        for run in self.pgbench.iter().filter(|r| !r.abort_lines.is_empty()) {
+            let _ = writeln!(
+                out,
+                "\npgbench said ({}):\n\n```\n{}\n```",
+                run.limiter.label(),
+                run.abort_lines.join("\n")
+            );
+        }
+        let _ = writeln!(out);
+    }
+
+    fn render_reading(&self, out: &mut String) {
+        let _ = writeln!(
+            out,
+            "## Reading the figures\n\n\
+             - Goodput: 200 answers per second, by the second nginx logged them. The upstream can \
+             serve {workers} / service time: {healthy:.0}/s healthy, {slow:.1}/s in the incident; \
+             wrk asks for about {clients} / (think time + response time).\n\
+             - p50 and p99 are nginx's request times over the requests it gave the upstream \
+             (everything but its 502s, which is what it answers when the limiter refuses the \
+             connect); a 504 counts at the {timeout} s it waited.\n\
+             - Held to upstream: TCP connections from nginx's namespace to the upstream, \
+             connecting, established or closed by the upstream and not yet by nginx, whether a \
+             limiter runs or not.\n\
+             - Recovery: from the upstream's restore to the end of the first second from which \
+             goodput stays at {recovered:.0} % of the healthy phase's for {hold} s, in whole seconds.\n\
+             - Shed and would_shed: the limiter's own counters, over the phase.",
+            workers = upstream::WORKERS,
+            healthy = upstream::capacity(upstream::HEALTHY),
+            slow = upstream::capacity(upstream::SLOW),
+            clients = rig::CLIENTS,
+            timeout = rig::READ_TIMEOUT.as_secs(),
+            recovered = figures::RECOVERED * 100.0,
+            hold = figures::RECOVERED_FOR_S,
+        );
+    }
+}
+
+fn render_running(out: &mut String) {
+    let _ = writeln!(
+        out,
+        "\n## Running it\n\n\
+         As root:\n\n\
+         ```sh\n\
+         sudo apt-get install -y clang libbpf-dev bpftool iproute2 nginx wrk postgresql && sudo -E env \"PATH=$PATH\" cargo xtask lab\n\
+         ```\n\n\
+         It builds the agent in release, takes about ten minutes with the default phases \
+         (`--healthy`, `--incident`, `--recovery` and `--pgbench-phase` set them, in seconds), \
+         and replaces this file and its pictures (`--out` writes them elsewhere). nginx, wrk, \
+         PostgreSQL and pgbench are started by the lab with configurations of its own, never as \
+         the system's services. Every process, cgroup, network namespace, veth pair, temporary \
+         directory and pin it makes is removed however it ends (an error, Ctrl-C, SIGTERM), \
+         though not when it is killed with SIGKILL: then `limiter-test-lab-*` cgroups and a \
+         `limiter-test-*` namespace may be left. `cargo xtask lab --smoke` runs \
+         every run once for a few seconds with the debug build, and \
+         `xtask/tests/lab_smoke.rs` runs that in the test suite; the full lab is not part of it."
+    );
+}
