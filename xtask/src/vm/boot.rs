@@ -107,11 +107,12 @@ impl Guest<'_> {
 /// and in a container it reads its options from its own command line, not the kernel's:
 /// SYSTEMD_PROC_CMDLINE (an environment variable the kernel hands to init) gives them
 /// back. They ask for the serial getty virtme-ng runs its command from (a container would
-/// get a /dev/console one), for basic.target only, not the host's services, and for
-/// failures only on the console.
+/// get a /dev/console one), for basic.target only, not the host's services, for no
+/// boot-time emptying of /tmp (on the shared root that means a whiteout per host file, for
+/// many minutes), and for failures only on the console.
 const SYSTEMD_ARGS: &str = "\"SYSTEMD_PROC_CMDLINE=systemd.unit=basic.target \
     systemd.wants=serial-getty@ttyS0.service systemd.mask=console-getty.service \
-    systemd.show_status=error\"";
+    systemd.mask=systemd-tmpfiles-setup.service systemd.show_status=error\"";
 
 /// KVM only where the CPU offers VMX or SVM: a /dev/kvm without them (a paravirtualised
 /// one, as in some cloud guests) cannot run a stock kernel, so software emulation it is.
