@@ -73,7 +73,11 @@ pub fn agent_state(dir: &PinDir, tables: &Tables) -> Result<AgentState> {
 fn connect_hooks_attached(dir: &PinDir) -> Result<bool> {
     let dests = aya::maps::MapInfo::from_pin(dir.map(maps::DESTS))?.id();
     for program in aya::programs::loaded_programs() {
-        let program = program?;
+        // Another process may unload a program between listing and opening it.
+        let program = match program {
+            Err(e) if vanished(&e) => continue,
+            other => other?,
+        };
         // Kernel object names are cut to 15 characters: "limiter_connect4" -> "limiter_connect".
         if !program
             .name_as_str()
@@ -81,11 +85,19 @@ fn connect_hooks_attached(dir: &PinDir) -> Result<bool> {
         {
             continue;
         }
-        if program.map_ids()?.unwrap_or_default().contains(&dests) {
+        let map_ids = match program.map_ids() {
+            Err(e) if vanished(&e) => continue,
+            other => other?,
+        };
+        if map_ids.unwrap_or_default().contains(&dests) {
             return Ok(true);
         }
     }
     Ok(false)
+}
+
+fn vanished(e: &aya::programs::ProgramError) -> bool {
+    matches!(e, aya::programs::ProgramError::SyscallError(s) if s.io_error.raw_os_error() == Some(libc::ENOENT))
 }
 
 /// One destination; the field names are the documented JSON interface.
