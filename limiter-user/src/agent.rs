@@ -232,7 +232,8 @@ impl Agent {
                 }
                 ready = decisions.readable_mut() => {
                     let mut guard = ready?;
-                    guard.get_inner_mut().drain();
+                    let control = &mut self.control;
+                    guard.get_inner_mut().drain(|dest, ts_ns| control.on_refused(dest, ts_ns));
                     guard.clear_ready();
                 }
                 ready = signals.readable_mut() => {
@@ -244,8 +245,9 @@ impl Agent {
                 _ = update.tick() => {
                     let control = &mut self.control;
                     self.signals_consumed += signals.get_mut().drain(|ev| consume(control, ev)) as u64;
+                    // Refusals are demand the window that closes now did not meet.
+                    decisions.get_mut().drain(|dest, ts_ns| control.on_refused(dest, ts_ns));
                     self.control.update(monotonic_ns(), &mut self.enforcement.tables);
-                    decisions.get_mut().drain();
                     decisions.get_mut().summarise(Instant::now());
                     if let Some(status) = child.as_ref().map(Supervised::finished).transpose()?.flatten() {
                         break Some(status);

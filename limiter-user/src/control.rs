@@ -142,6 +142,14 @@ impl ControlLoop {
         }
     }
 
+    /// A connect the kernel refused at the limit (or, in shadow, would have): demand the
+    /// limit did not meet, which a destination still being learned grows to.
+    pub fn on_refused(&mut self, dest: DestKey, ts_ns: u64) {
+        if let Some(m) = self.managed(dest, ts_ns, None) {
+            m.controller.on_outcome(ts_ns, Outcome::Shed);
+        }
+    }
+
     /// The update tick: every awake controller decides, changed policies go to the kernel,
     /// and controllers gone quiet are left alone until their next signal. A write that
     /// fails is counted and tried again on the next tick.

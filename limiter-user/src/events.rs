@@ -42,14 +42,18 @@ impl DecisionLog {
         }
     }
 
-    /// Reads every pending event.
-    pub fn drain(&mut self) {
+    /// Reads every pending event; `refused` hears of each connect refused at the limit (or,
+    /// in shadow, let through where prod would have refused it), at the kernel's time.
+    pub fn drain(&mut self, mut refused: impl FnMut(DestKey, u64)) {
         while let Some(item) = self.ring.next() {
             if item.len() < std::mem::size_of::<LimiterEvent>() {
                 continue;
             }
             // SAFETY: the kernel wrote a whole LimiterEvent; the ring gives no alignment.
             let ev: LimiterEvent = unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) };
+            if matches!(ev.kind, EVENT_SHED | EVENT_WOULD_SHED) {
+                refused(ev.dest, ev.ts_ns);
+            }
             self.feed.publish(|| Event::decision(&ev));
             Self::record(&mut self.tallies, ev);
         }
@@ -80,8 +84,9 @@ impl DecisionLog {
     }
 
     /// The last summary, when the agent stops: what happened since the previous one.
+    /// The last events and their summary, on the way out: no controller listens any more.
     pub fn flush(&mut self) {
-        self.drain();
+        self.drain(|_, _| {});
         self.write_summary();
     }
 
