@@ -430,7 +430,7 @@ fn validate_limits(l: Limits) -> Result<()> {
 mod tests {
     use super::*;
 
-    const SPEC_EXAMPLE: &str = r#"
+    const DOCUMENTED_EXAMPLE: &str = r#"
 mode = "prod"
 algorithm = "vegas"
 [limits]
@@ -472,7 +472,7 @@ addresses = ["127.0.0.53:53"]
 
     #[test]
     fn spec_example_round_trips() {
-        let f = write(SPEC_EXAMPLE);
+        let f = write(DOCUMENTED_EXAMPLE);
         let c = Config::load(f.path()).unwrap();
         let again: Config = toml::from_str(&toml::to_string(&c).unwrap()).unwrap();
         assert_eq!(c, again);
@@ -492,7 +492,7 @@ addresses = ["127.0.0.53:53"]
 
     #[test]
     fn a_member_falls_forward_to_the_others_from_the_top() {
-        let c: Config = toml::from_str(SPEC_EXAMPLE).unwrap();
+        let c: Config = toml::from_str(DOCUMENTED_EXAMPLE).unwrap();
         let addr = |s: &str| s.parse::<SocketAddr>().unwrap();
         let g = &c.groups[0];
         assert_eq!(
