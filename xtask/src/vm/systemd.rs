@@ -43,8 +43,10 @@ nothing_left() {{
 
 [ "$(cat /proc/1/comm)" = systemd ] || fail "PID 1 is $(cat /proc/1/comm), not systemd"
 echo "$(systemctl --version | head -n 1) as PID 1 on $(uname -r)"
-# systemd in a guest it takes for a container leaves bpffs unmounted.
-grep -q ' /sys/fs/bpf bpf ' /proc/mounts || mount -t bpf bpf /sys/fs/bpf || fail "cannot mount bpffs"
+# systemd in a guest it takes for a container leaves bpffs unmounted: mounted here in
+# PID 1's mount namespace, where services get theirs from, as systemd does at boot.
+grep -q ' /sys/fs/bpf bpf ' /proc/1/mounts ||
+    nsenter --target 1 --mount -- mount -t bpf bpf /sys/fs/bpf || fail "cannot mount bpffs"
 
 # Installed where the unit expects the binary and its configuration.
 unit='{workspace}/dist/limiter@.service'
