@@ -5,7 +5,7 @@
 
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-pub const ABI_VERSION: u32 = 4;
+pub const ABI_VERSION: u32 = 5;
 
 pub const MODE_DEFAULT: u32 = 0;
 pub const MODE_OFF: u32 = 1;
@@ -118,6 +118,7 @@ pub struct DestPolicy {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DestState {
     pub created_ns: u64,
+    pub last_active_ns: u64,
     pub inflight: i64,
     pub admitted: u64,
     pub shed: u64,
@@ -168,7 +169,7 @@ pub struct LimiterConfig {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GlobalStats {
     pub ringbuf_drops: u64,
-    pub dests_created: u64,
+    pub table_full: u64,
     pub fail_open: u64,
     pub storage_errors: u64,
 }
@@ -176,7 +177,7 @@ pub struct GlobalStats {
 impl core::ops::AddAssign for GlobalStats {
     fn add_assign(&mut self, o: Self) {
         self.ringbuf_drops += o.ringbuf_drops;
-        self.dests_created += o.dests_created;
+        self.table_full += o.table_full;
         self.fail_open += o.fail_open;
         self.storage_errors += o.storage_errors;
     }
@@ -239,7 +240,7 @@ impl LimiterEvent {
 const _: () = {
     assert!(core::mem::size_of::<DestKey>() == 20);
     assert!(core::mem::size_of::<DestPolicy>() == 48);
-    assert!(core::mem::size_of::<DestState>() == 80);
+    assert!(core::mem::size_of::<DestState>() == 88);
     assert!(core::mem::size_of::<DestPeers>() == 144);
     assert!(core::mem::size_of::<LimiterConfig>() == 32);
     assert!(core::mem::size_of::<GlobalStats>() == 32);

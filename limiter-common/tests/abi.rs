@@ -34,6 +34,7 @@ fn layouts() -> Vec<Layout> {
             "dest_state",
             [
                 created_ns,
+                last_active_ns,
                 inflight,
                 admitted,
                 shed,
@@ -61,7 +62,7 @@ fn layouts() -> Vec<Layout> {
         layout!(
             GlobalStats,
             "global_stats",
-            [ringbuf_drops, dests_created, fail_open, storage_errors]
+            [ringbuf_drops, table_full, fail_open, storage_errors]
         ),
         layout!(
             SockState,

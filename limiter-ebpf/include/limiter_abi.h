@@ -13,7 +13,7 @@
 
 #include <linux/types.h>
 
-#define LIMITER_ABI_VERSION 4
+#define LIMITER_ABI_VERSION 5
 
 /* Modes. 0 in a per-destination policy means "use the global default". */
 #define LIMITER_MODE_DEFAULT 0
@@ -76,11 +76,13 @@ struct dest_policy {
 	__u32 _pad;
 };
 
-/* Owned by the kernel, created on a destination's first connect (LRU map). */
+/* Owned by the kernel, created on a destination's first connect. Never evicted: the agent
+ * removes an entry only once it has had nothing in flight for a while (last_active_ns). */
 struct dest_state {
-	/* Identifies this incarnation of the entry: a socket whose slot was taken from an
-	 * evicted predecessor must not decrement its successor. */
+	/* Identifies this incarnation of the entry: a socket whose slot was taken from a
+	 * removed predecessor must not decrement its successor. */
 	__u64 created_ns;
+	__u64 last_active_ns; /* last slot taken or returned */
 	__s64 inflight;
 	__u64 admitted;
 	__u64 shed;
@@ -114,7 +116,7 @@ struct limiter_config {
 /* Global counters, one copy per CPU. */
 struct global_stats {
 	__u64 ringbuf_drops;
-	__u64 dests_created; /* evictions = created - live entries */
+	__u64 table_full; /* connects to a new destination admitted untracked: no room for it */
 	__u64 fail_open;
 	__u64 storage_errors; /* no per-socket storage: admitted untracked */
 };

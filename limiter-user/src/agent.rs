@@ -11,7 +11,8 @@ use anyhow::{Context, Result};
 use tokio::{
     io::unix::AsyncFd,
     signal::unix::{self, SignalKind},
-    time::{interval, MissedTickBehavior},
+    sync::mpsc,
+    time::{interval, Interval, MissedTickBehavior},
 };
 use tracing::{debug, error, info};
 
@@ -22,11 +23,13 @@ use crate::{
     control::ControlLoop,
     enforcement::{Enforcement, Rings, Settings},
     events::DecisionLog,
+    failures::Failures,
     lock::AgentLock,
     metrics::{self, Metrics, Snapshot},
     pins::{self, PinDir},
     plan::Plan,
     preflight::{self, Kernel},
+    resolve::{self, Resolved},
     signals::{Signal, SignalEvent, SignalReader},
     status,
 };
@@ -63,15 +66,14 @@ fn settings(config: &Config, plan: &Plan) -> Settings {
 
 pub fn run(cgroup: Cgroup, options: Options, source: &dyn ConfigSource) -> Result<()> {
     let config = source.load()?;
-    let plan = Plan::build(&config, None)?;
     preflight::check_privileges()?;
     let kernel = preflight::check_kernel()?;
     pins::ensure_bpffs()?;
-    let pins = options
-        .pin_dir
-        .unwrap_or_else(|| PinDir::for_cgroup(&cgroup));
-    let _lock = AgentLock::acquire(&cgroup.escaped_name())?;
-    let settings = settings(&config, &plan);
+    let pins = match options.pin_dir {
+        Some(dir) => dir,
+        None => PinDir::for_cgroup(&cgroup)?,
+    };
+    let _lock = AgentLock::acquire(&pins.lock_name())?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -87,6 +89,9 @@ pub fn run(cgroup: Cgroup, options: Options, source: &dyn ConfigSource) -> Resul
             }
             None => None,
         };
+        let resolved = resolve::resolve(&config, resolve::TIMEOUT).await;
+        let plan = Plan::build(&config, &resolved, None)?;
+        let settings = settings(&config, &plan);
         let took_over = Enforcement::can_take_over(&pins);
         let (enforcement, rings) = if took_over {
             Enforcement::take_over(pins, &settings)?
@@ -106,20 +111,33 @@ pub fn run(cgroup: Cgroup, options: Options, source: &dyn ConfigSource) -> Resul
             cgroup,
             kernel,
             enforcement,
-            control: ControlLoop::new(plan),
+            control: ControlLoop::new(plan, forget_idle(&config)),
             config,
             metrics,
             signals_consumed: 0,
             keep_attached: options.keep_attached,
+            failures: Failures::default(),
         };
         // Controllers for what the kernel already knows start from its current limits.
         agent
             .control
-            .sync(monotonic_ns(), &mut agent.enforcement.tables)?;
+            .sync(monotonic_ns(), &mut agent.enforcement.tables);
         agent.serve(rings, signals, source).await
     })?;
     info!("limiter detached");
     Ok(())
+}
+
+fn forget_idle(config: &Config) -> Duration {
+    Duration::from_secs(config.forget_idle_secs)
+}
+
+/// A few beats per timeout, so one late tick never trips the kernel's fail-open.
+fn heartbeat_interval(config: &Config) -> Interval {
+    let timeout = Duration::from_secs(config.heartbeat_timeout_secs);
+    let mut heartbeat = interval((timeout / 4).min(Duration::from_secs(1)));
+    heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    heartbeat
 }
 
 /// SIGTERM and SIGINT end the agent, SIGHUP reloads.
@@ -139,6 +157,20 @@ impl OsSignals {
     }
 }
 
+/// Why a configuration is being resolved: it is applied once its names are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Why {
+    Reload,
+    Reresolve,
+}
+
+/// A configuration whose `host` names have been looked up, ready to apply.
+struct Resolution {
+    why: Why,
+    config: Config,
+    resolved: Resolved,
+}
+
 struct Agent {
     cgroup: Cgroup,
     /// Identifies the cgroup directory attached to: systemd recreates a service's cgroup
@@ -151,6 +183,8 @@ struct Agent {
     metrics: Option<Metrics>,
     signals_consumed: u64,
     keep_attached: bool,
+    /// The agent's own map operations (heartbeat, re-attach, metrics) that failed.
+    failures: Failures,
 }
 
 impl Agent {
@@ -160,20 +194,25 @@ impl Agent {
         mut os: OsSignals,
         source: &dyn ConfigSource,
     ) -> Result<()> {
-        let heartbeat_timeout = Duration::from_secs(self.config.heartbeat_timeout_secs);
-        // A few beats per timeout, so one late tick never trips the kernel's fail-open.
-        let mut heartbeat = interval((heartbeat_timeout / 4).min(Duration::from_secs(1)));
-        heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut heartbeat = heartbeat_interval(&self.config);
         let mut update = interval(UPDATE_EVERY);
         update.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut sync = interval(SYNC_EVERY);
         let mut resolve = interval(Duration::from_secs(self.config.resolve_interval_secs));
         resolve.tick().await;
         let (mut decisions, mut signals) = watch_rings(rings)?;
+        let (resolved_tx, mut resolved_rx) = mpsc::channel::<Resolution>(1);
+        // At most one resolution at a time: a resolver that hangs does not pile them up. A
+        // reload asked for meanwhile waits for it.
+        let mut resolving = false;
+        let mut waiting_reload: Option<Config> = None;
 
         loop {
             tokio::select! {
-                _ = heartbeat.tick() => self.enforcement.heartbeat()?,
+                _ = heartbeat.tick() => {
+                    let beat = self.enforcement.heartbeat();
+                    self.failures.check("writing the heartbeat", beat);
+                }
                 ready = decisions.readable_mut() => {
                     let mut guard = ready?;
                     guard.get_inner_mut().drain();
@@ -188,30 +227,54 @@ impl Agent {
                 _ = update.tick() => {
                     let control = &mut self.control;
                     self.signals_consumed += signals.get_mut().drain(|ev| consume(control, ev)) as u64;
-                    self.control.update(monotonic_ns(), &mut self.enforcement.tables)?;
+                    self.control.update(monotonic_ns(), &mut self.enforcement.tables);
                     decisions.get_mut().drain();
                     decisions.get_mut().summarise(Instant::now());
                 }
                 _ = sync.tick() => {
-                    if let Some(rings) = self.follow_cgroup()? {
+                    if let Some(rings) = self.follow_cgroup() {
                         (decisions, signals) = watch_rings(rings)?;
                     }
-                    self.control.sync(monotonic_ns(), &mut self.enforcement.tables)?;
-                    self.publish_metrics()?;
+                    self.control.sync(monotonic_ns(), &mut self.enforcement.tables);
+                    let published = self.publish_metrics();
+                    self.failures.check("reading the maps for metrics", published);
                 }
-                _ = resolve.tick() => {
-                    if !self.config.destinations.iter().any(|d| d.host.is_some()) {
-                        continue;
-                    }
-                    let config = self.config.clone();
-                    if let Err(e) = self.apply(config) {
-                        error!("re-resolving destinations failed, keeping the previous addresses: {e:#}");
+                _ = resolve.tick(), if !resolving => {
+                    if self.config.destinations.iter().any(|d| d.host.is_some()) {
+                        resolving = true;
+                        spawn_resolution(Why::Reresolve, self.config.clone(), resolved_tx.clone());
                     }
                 }
-                _ = os.hup.recv() => match source.load().and_then(|config| self.apply(config)) {
-                    Ok(()) => info!("configuration reloaded"),
+                _ = os.hup.recv() => match source.load() {
+                    Ok(config) if !resolving => {
+                        resolving = true;
+                        spawn_resolution(Why::Reload, config, resolved_tx.clone());
+                    }
+                    Ok(config) => {
+                        info!("the reload waits for the name resolution under way");
+                        waiting_reload = Some(config);
+                    }
                     Err(e) => error!("reload failed, keeping the previous configuration: {e:#}"),
                 },
+                Some(resolution) = resolved_rx.recv() => {
+                    resolving = false;
+                    if let Some(config) = waiting_reload.take() {
+                        resolving = true;
+                        spawn_resolution(Why::Reload, config, resolved_tx.clone());
+                    }
+                    let why = resolution.why;
+                    match self.apply(resolution.config, &resolution.resolved) {
+                        Ok(()) if why == Why::Reload => {
+                            heartbeat = heartbeat_interval(&self.config);
+                            resolve = interval(Duration::from_secs(self.config.resolve_interval_secs));
+                            resolve.tick().await;
+                            info!("configuration reloaded");
+                        }
+                        Ok(()) => {}
+                        Err(e) if why == Why::Reload => error!("reload failed, keeping the previous configuration: {e:#}"),
+                        Err(e) => error!("re-resolving destinations failed, keeping the previous addresses: {e:#}"),
+                    }
+                }
                 _ = os.term.recv() => break,
                 _ = os.int.recv() => break,
             }
@@ -225,22 +288,25 @@ impl Agent {
     }
 
     /// Re-attaches when the cgroup directory was replaced (a restarted systemd service);
-    /// returns the new rings when it did.
-    fn follow_cgroup(&mut self) -> Result<Option<Rings>> {
+    /// returns the new rings when it did. A failure is logged and tried again next time.
+    fn follow_cgroup(&mut self) -> Option<Rings> {
         let inode = self.cgroup.inode();
         if inode == self.cgroup_inode || inode.is_none() {
-            return Ok(None);
+            return None;
         }
         info!(cgroup = %self.cgroup.path().display(), "the cgroup was recreated: attaching again");
         let settings = settings(&self.config, self.control.plan());
-        let rings = self
+        let reattached = self
             .enforcement
-            .reattach(&self.cgroup, &settings, &self.kernel)?;
+            .reattach(&self.cgroup, &settings, &self.kernel);
+        let rings = self
+            .failures
+            .check("attaching to the recreated cgroup", reattached)?;
         self.cgroup_inode = inode;
         self.control
-            .restart(monotonic_ns(), &mut self.enforcement.tables)?;
+            .restart(monotonic_ns(), &mut self.enforcement.tables);
         info!("limiter re-attached");
-        Ok(Some(rings))
+        Some(rings)
     }
 
     fn publish_metrics(&self) -> Result<()> {
@@ -250,21 +316,37 @@ impl Agent {
                 rows: status::rows(tables)?,
                 globals: tables.globals()?,
                 signals: self.signals_consumed,
+                map_failures: self.failures.total() + self.control.map_failures(),
+                forgotten: self.control.forgotten(),
             });
         }
         Ok(())
     }
 
-    /// Switches to `config`; on error nothing changes.
-    fn apply(&mut self, config: Config) -> Result<()> {
-        let plan = Plan::build(&config, Some(self.control.plan()))?;
-        self.enforcement
-            .set_defaults(config.mode, plan.initial_limit())?;
-        self.control
-            .apply(plan, monotonic_ns(), &mut self.enforcement.tables)?;
+    /// Switches to `config`; on error the previous configuration stays in force.
+    fn apply(&mut self, config: Config, resolved: &Resolved) -> Result<()> {
+        config.check_reloadable(&self.config)?;
+        let plan = Plan::build(&config, resolved, Some(self.control.plan()))?;
+        self.enforcement.reconfigure(&settings(&config, &plan))?;
+        self.control.apply(plan, monotonic_ns());
+        self.control.set_forget_idle(forget_idle(&config));
         self.config = config;
         Ok(())
     }
+}
+
+/// Looks up `config`'s names off the control loop and hands the result back to it.
+fn spawn_resolution(why: Why, config: Config, to: mpsc::Sender<Resolution>) {
+    tokio::spawn(async move {
+        let resolved = resolve::resolve(&config, resolve::TIMEOUT).await;
+        let _ = to
+            .send(Resolution {
+                why,
+                config,
+                resolved,
+            })
+            .await;
+    });
 }
 
 fn consume(control: &mut ControlLoop, ev: SignalEvent) {

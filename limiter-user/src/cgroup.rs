@@ -41,6 +41,12 @@ impl Cgroup {
             .with_context(|| {
                 format!("cannot find the cgroup v2 mount holding {}", path.display())
             })?;
+        if path == mount {
+            bail!(
+                "{} is the cgroup v2 root: it holds every process on the machine, this agent and sshd included; pass the cgroup of the processes to protect",
+                path.display()
+            );
+        }
         Ok(Cgroup { path, mount })
     }
 

@@ -57,7 +57,8 @@ pub struct RunArgs {
     /// Seconds without a heartbeat from this agent after which the kernel admits everything.
     #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
     pub heartbeat_timeout: Option<u64>,
-    /// Size of the kernel's destination table (least recently used entries are evicted).
+    /// Size of the kernel's destination table (when it is full, connects to new
+    /// destinations are admitted untracked, and counted).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_destinations: Option<u32>,
     /// Size of the kernel's latency-signal ring buffer in KiB (a power of two, at least 4).
@@ -83,7 +84,7 @@ pub struct StatusArgs {
     pub cgroup: Option<PathBuf>,
     #[arg(long, value_name = "DIR")]
     pub pin_dir: Option<PathBuf>,
-    /// A JSON array of objects, one per destination.
+    /// A JSON object: `agent`, `globals` and `destinations` (one object per row).
     #[arg(long)]
     pub json: bool,
 }

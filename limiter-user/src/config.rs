@@ -1,9 +1,6 @@
 //! The TOML configuration and how command-line flags override it.
 
-use std::{
-    net::{SocketAddr, ToSocketAddrs},
-    path::Path,
-};
+use std::{net::SocketAddr, path::Path};
 
 use anyhow::{bail, Context, Result};
 use limiter_common::{DestKey, MAX_PEERS, MODE_OFF, MODE_PROD, MODE_SHADOW, PEERS_ENTRIES};
@@ -64,9 +61,13 @@ pub struct Config {
     /// Seconds without an agent heartbeat after which the kernel admits everything.
     #[serde(default = "default_heartbeat_timeout")]
     pub heartbeat_timeout_secs: u64,
-    /// Size of the kernel's destination table (LRU).
+    /// Size of the kernel's destination table; when it is full, new destinations fail open.
     #[serde(default = "default_max_destinations")]
     pub max_destinations: u32,
+    /// Seconds a destination with nothing in flight stays known (limit, latency history)
+    /// after its last connection; then the agent forgets it and frees its table entry.
+    #[serde(default = "default_forget_idle")]
+    pub forget_idle_secs: u64,
     /// Size of the kernel's latency-signal ring buffer; a full one drops (and counts) events.
     #[serde(default = "default_signal_buffer_kib")]
     pub signal_buffer_kib: u32,
@@ -175,6 +176,9 @@ fn default_heartbeat_timeout() -> u64 {
 fn default_max_destinations() -> u32 {
     65536
 }
+fn default_forget_idle() -> u64 {
+    300
+}
 fn default_signal_buffer_kib() -> u32 {
     1024
 }
@@ -194,7 +198,7 @@ impl Config {
         let config: Config = toml::from_str(&text).map_err(|e| {
             let line = e
                 .span()
-                .map(|s| format!(":{}", text[..s.start].lines().count().max(1)))
+                .map(|s| format!(":{}", line_of(&text, s.start)))
                 .unwrap_or_default();
             anyhow::anyhow!("{}{line}: {}", path.display(), e.message())
         })?;
@@ -209,12 +213,17 @@ impl Config {
         if self.limit == Some(0) {
             bail!("limit must be at least 1");
         }
-        if self.resolve_interval_secs == 0 {
-            bail!("resolve_interval_secs must be at least 1");
-        }
-        if self.heartbeat_timeout_secs == 0 {
-            bail!("heartbeat_timeout_secs must be at least 1");
-        }
+        within(
+            "resolve_interval_secs",
+            self.resolve_interval_secs,
+            MAX_INTERVAL_SECS,
+        )?;
+        within(
+            "heartbeat_timeout_secs",
+            self.heartbeat_timeout_secs,
+            MAX_INTERVAL_SECS,
+        )?;
+        within("forget_idle_secs", self.forget_idle_secs, MAX_INTERVAL_SECS)?;
         if self.max_destinations == 0 {
             bail!("max_destinations must be at least 1");
         }
@@ -235,6 +244,21 @@ impl Config {
         for g in &self.groups {
             self.validate_group(g)
                 .with_context(|| format!("group `{}`", g.name))?;
+        }
+        let mut owner = std::collections::HashMap::new();
+        for d in &self.destinations {
+            for &a in &d.addresses {
+                if let Some(other) = owner.insert(DestKey::new(a), &d.name) {
+                    bail!("{a} is an address of destination `{other}` and of destination `{}`: an address has one limit", d.name);
+                }
+            }
+        }
+        for e in &self.excludes {
+            for a in &e.addresses {
+                if let Some(d) = owner.get(&DestKey::new(*a)) {
+                    bail!("{a} is an address of destination `{d}` and in [[exclude]]: remove it from one of them");
+                }
+            }
         }
         let mut names = std::collections::HashSet::new();
         let all_names = self.destinations.iter().map(|d| &d.name);
@@ -361,6 +385,35 @@ impl Config {
     }
 }
 
+/// Durations in seconds stay below a day, far from where nanoseconds overflow.
+const MAX_INTERVAL_SECS: u64 = 86_400;
+
+fn within(key: &str, value: u64, max: u64) -> Result<()> {
+    if !(1..=max).contains(&value) {
+        bail!("{key} must be between 1 and {max}, not {value}");
+    }
+    Ok(())
+}
+
+/// The 1-based line holding byte `offset` of `text`.
+fn line_of(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].matches('\n').count() + 1
+}
+
+impl Config {
+    /// A reload cannot resize the kernel's maps: refuse one that asks for it rather than
+    /// say "reloaded" and change nothing.
+    pub fn check_reloadable(&self, running: &Config) -> Result<()> {
+        if self.max_destinations != running.max_destinations {
+            bail!("max_destinations changes only when the agent starts: restart it (without --keep-attached)");
+        }
+        if self.signal_buffer_kib != running.signal_buffer_kib {
+            bail!("signal_buffer_kib changes only when the agent starts: restart it (without --keep-attached)");
+        }
+        Ok(())
+    }
+}
+
 fn validate_limits(l: Limits) -> Result<()> {
     if l.min == 0 || l.min > l.max || l.initial < l.min || l.initial > l.max {
         bail!(
@@ -371,22 +424,6 @@ fn validate_limits(l: Limits) -> Result<()> {
         );
     }
     Ok(())
-}
-
-impl DestinationConfig {
-    /// Its addresses, resolving `host` ("name:port") when given.
-    pub fn resolve(&self) -> Result<Vec<SocketAddr>> {
-        match &self.host {
-            None => Ok(self.addresses.clone()),
-            Some(host) => {
-                let addrs: Vec<SocketAddr> = host
-                    .to_socket_addrs()
-                    .with_context(|| format!("destination `{}`: cannot resolve {host}", self.name))?
-                    .collect();
-                Ok(addrs)
-            }
-        }
-    }
 }
 
 #[cfg(test)]
@@ -597,6 +634,60 @@ addresses = ["127.0.0.53:53"]
             err.contains("destination `x`") && err.contains("min <= initial <= max"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn an_address_belongs_to_one_destination() {
+        let err = refusal("[[destination]]\nname = \"a\"\naddresses = [\"127.0.0.1:1\"]\n[[destination]]\nname = \"b\"\naddresses = [\"127.0.0.1:1\"]\n");
+        assert!(
+            err.contains("127.0.0.1:1 is an address of destination `a` and of destination `b`"),
+            "{err}"
+        );
+        let err = refusal("[[destination]]\nname = \"a\"\naddresses = [\"127.0.0.1:1\"]\n[[exclude]]\naddresses = [\"127.0.0.1:1\"]\n");
+        assert!(
+            err.contains("127.0.0.1:1 is an address of destination `a` and in [[exclude]]"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn durations_are_bounded_instead_of_wrapping() {
+        let err = refusal("heartbeat_timeout_secs = 18446744074\n");
+        assert!(
+            err.contains("heartbeat_timeout_secs must be between 1 and 86400"),
+            "{err}"
+        );
+        for key in [
+            "resolve_interval_secs",
+            "forget_idle_secs",
+            "heartbeat_timeout_secs",
+        ] {
+            let err = refusal(&format!("{key} = 0\n"));
+            assert!(err.contains(&format!("{key} must be between")), "{err}");
+        }
+    }
+
+    #[test]
+    fn an_unknown_key_is_reported_on_its_own_line() {
+        let f = write("mode = \"prod\"\n\nmoed = \"prod\"\n");
+        let err = format!("{:#}", Config::load(f.path()).unwrap_err());
+        assert!(err.contains(&format!("{}:3:", f.path().display())), "{err}");
+        assert!(err.contains("unknown field `moed`"), "{err}");
+    }
+
+    #[test]
+    fn a_reload_refuses_what_it_cannot_change() {
+        let running = Config::defaults();
+        let resized: Config = toml::from_str("max_destinations = 10\n").unwrap();
+        let err = format!("{:#}", resized.check_reloadable(&running).unwrap_err());
+        assert!(
+            err.contains("max_destinations changes only when the agent starts"),
+            "{err}"
+        );
+        let ring: Config = toml::from_str("signal_buffer_kib = 64\n").unwrap();
+        assert!(ring.check_reloadable(&running).is_err());
+        let beat: Config = toml::from_str("heartbeat_timeout_secs = 3\n").unwrap();
+        beat.check_reloadable(&running).unwrap();
     }
 
     #[test]

@@ -1,10 +1,10 @@
 //! Loading the programs, attaching them to the cgroup, and taking them away again.
 
-use std::time::Duration;
+use std::{collections::HashSet, time::Duration};
 
 use anyhow::{Context, Result};
 use aya::{
-    maps::{MapData, RingBuf, SkStorage},
+    maps::{MapData, MapInfo, RingBuf, SkStorage},
     programs::{
         links::{FdLink, PinnedLink},
         CgroupAttachMode, CgroupSkbAttachType, Program,
@@ -12,7 +12,7 @@ use aya::{
     Ebpf, EbpfLoader,
 };
 use limiter_common::{maps, DestKey, DestPeers, DestPolicy, LimiterConfig, SockState, ABI_VERSION};
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::{
     cgroup::Cgroup, clock::monotonic_ns, config::Mode, pins::PinDir, preflight::Kernel, seed,
@@ -43,20 +43,26 @@ pub struct Rings {
     pub signals: RingBuf<MapData>,
 }
 
-/// The programs, in the order they are attached: release paths, observers and the
-/// getpeername restore first, so that from the moment a connect can take a slot (or be
-/// redirected to a peer), the slot comes back (and the application sees the address it
-/// asked for). Detaching goes in reverse order, connect hooks first, for the same reason.
-const PROGRAMS: [&str; 8] = [
+/// Release paths, observers and the getpeername restore: attached before any connect hook,
+/// so that from the moment a connect can take a slot (or be redirected to a peer), the slot
+/// comes back (and the application sees the address it asked for).
+const OBSERVERS: [&str; 6] = [
     "limiter_sock_release",
     "limiter_sockops",
     "limiter_egress",
     "limiter_ingress",
     "limiter_getpeername4",
     "limiter_getpeername6",
-    "limiter_connect4",
-    "limiter_connect6",
 ];
+
+/// The hooks that take slots, attached last: connections that exist by then are counted.
+const CONNECT_HOOKS: [&str; 2] = ["limiter_connect4", "limiter_connect6"];
+
+/// Every program in attach order (detaching goes in reverse, connect hooks first); also
+/// the names their links are pinned under.
+pub fn programs() -> impl Iterator<Item = &'static str> {
+    OBSERVERS.into_iter().chain(CONNECT_HOOKS)
+}
 
 /// Each program's link to the cgroup, by program name.
 type Links = Vec<(&'static str, FdLink)>;
@@ -70,7 +76,6 @@ pub struct Enforcement {
     links: Links,
     pub tables: Tables,
     pins: PinDir,
-    heartbeat_timeout_ns: u64,
     on_drop: OnDrop,
 }
 
@@ -107,7 +112,6 @@ impl Enforcement {
                     links,
                     tables,
                     pins,
-                    heartbeat_timeout_ns: settings.heartbeat_timeout.as_nanos() as u64,
                     on_drop: OnDrop::Detach,
                 };
                 (enforcement, rings)
@@ -122,7 +126,8 @@ impl Enforcement {
     /// Adopts the programs, links and maps a previous agent left pinned: enforcement never
     /// stopped, and every count and limit carries on.
     pub fn take_over(pins: PinDir, settings: &Settings) -> Result<(Self, Rings)> {
-        let tables = Tables::from_pins(&pins)?;
+        let mut tables = Tables::from_pins(&pins)?;
+        warn_of_kept_sizes(&pins, settings);
         let ring = |name: &str| -> Result<RingBuf<MapData>> {
             let data = MapData::from_pin(pins.map(name))
                 .with_context(|| format!("cannot open the pinned {name} map"))?;
@@ -133,7 +138,7 @@ impl Enforcement {
             signals: ring(maps::SIGNALS)?,
         };
         let mut links = Vec::new();
-        for name in PROGRAMS {
+        for name in programs() {
             let path = pins.links().join(name);
             let pinned = PinnedLink::from_pin(&path)
                 .with_context(|| format!("cannot open the pinned link {}", path.display()))?;
@@ -141,20 +146,14 @@ impl Enforcement {
             links.push((name, pinned.unpin()?));
         }
         std::fs::remove_dir(pins.links())?;
-        let mut enforcement = Enforcement {
+        configure(&mut tables, settings)?;
+        let enforcement = Enforcement {
             _ebpf: None,
             links,
             tables,
             pins,
-            heartbeat_timeout_ns: settings.heartbeat_timeout.as_nanos() as u64,
             on_drop: OnDrop::Detach,
         };
-        enforcement.set_defaults(settings.default_mode, settings.initial_limit)?;
-        enforcement.heartbeat()?;
-        for (key, policy) in &settings.policies {
-            enforcement.tables.policies.insert(key, policy, 0)?;
-        }
-        enforcement.tables.set_peers(&settings.peers)?;
         Ok((enforcement, rings))
     }
 
@@ -184,16 +183,12 @@ impl Enforcement {
     pub fn heartbeat(&mut self) -> Result<()> {
         let mut config = self.tables.config()?;
         config.heartbeat_ns = monotonic_ns();
-        config.heartbeat_timeout_ns = self.heartbeat_timeout_ns;
         self.tables.set_config(&config)
     }
 
-    /// The global mode and the limit of destinations no controller has spoken for yet.
-    pub fn set_defaults(&mut self, mode: Mode, initial_limit: u32) -> Result<()> {
-        let mut config = self.tables.config()?;
-        config.default_mode = mode.abi();
-        config.initial_limit = initial_limit;
-        self.tables.set_config(&config)
+    /// A new configuration for the running programs (reload): see [`configure`].
+    pub fn reconfigure(&mut self, settings: &Settings) -> Result<()> {
+        configure(&mut self.tables, settings)
     }
 
     pub fn pins(&self) -> &PinDir {
@@ -232,6 +227,64 @@ impl Enforcement {
     }
 }
 
+/// The one way configuration reaches the kernel, on attach, take-over, reload and
+/// re-attach: global settings and a fresh heartbeat, the policies the configuration fixes,
+/// and the fall-forward peers. A destination the kernel already tracks keeps the limit its
+/// controller published; configured policies the settings no longer have are removed.
+fn configure(tables: &mut Tables, settings: &Settings) -> Result<()> {
+    tables.set_config(&LimiterConfig {
+        abi_version: ABI_VERSION,
+        default_mode: settings.default_mode.abi(),
+        initial_limit: settings.initial_limit,
+        wakeup_bytes: WAKEUP_BYTES,
+        heartbeat_ns: monotonic_ns(),
+        heartbeat_timeout_ns: settings.heartbeat_timeout.as_nanos() as u64,
+    })?;
+    let live: HashSet<DestKey> = tables.dests.keys().filter_map(|k| k.ok()).collect();
+    let configured: HashSet<DestKey> = settings.policies.iter().map(|(k, _)| *k).collect();
+    let stale: Vec<DestKey> = tables
+        .policies
+        .keys()
+        .filter_map(|k| k.ok())
+        .filter(|k| !configured.contains(k) && !live.contains(k))
+        .collect();
+    for key in stale {
+        tables.remove_policy(&key)?;
+    }
+    for (key, policy) in &settings.policies {
+        let mut policy = *policy;
+        if let Some(published) = live
+            .contains(key)
+            .then(|| tables.policies.get(key, 0).ok())
+            .flatten()
+        {
+            // What the controller learned stays; mode and grouping are the configuration's.
+            policy.limit = published.limit;
+            policy.baseline_ns = published.baseline_ns;
+            policy.p90_ns = published.p90_ns;
+        }
+        tables.policies.insert(key, policy, 0)?;
+    }
+    tables.set_peers(&settings.peers)
+}
+
+/// Taking over keeps the previous agent's maps, and with them their sizes.
+fn warn_of_kept_sizes(pins: &PinDir, settings: &Settings) {
+    let size = |name: &str| {
+        MapInfo::from_pin(pins.map(name))
+            .ok()
+            .map(|i| i.max_entries())
+    };
+    let (dests, signals) = (size(maps::DESTS), size(maps::SIGNALS));
+    if dests != Some(settings.max_destinations) || signals != Some(settings.signal_buffer_bytes) {
+        warn!(
+            max_destinations = dests,
+            signal_buffer_bytes = signals,
+            "taking over keeps the previous agent's table sizes: to change max_destinations or signal_buffer_kib, stop the agent without --keep-attached and start it again"
+        );
+    }
+}
+
 fn load_and_attach(
     cgroup: &Cgroup,
     pins: &PinDir,
@@ -241,24 +294,13 @@ fn load_and_attach(
     let mut ebpf = EbpfLoader::new()
         .default_map_pin_directory(pins.path())
         .map_max_entries(maps::DESTS, settings.max_destinations)
-        .map_max_entries(maps::POLICIES, settings.max_destinations)
+        .map_max_entries(maps::POLICIES, policies_capacity(settings))
         .map_max_entries(maps::SIGNALS, settings.signal_buffer_bytes)
         .override_global("have_set_retval", &u8::from(kernel.has_set_retval), true)
         .load(limiter_ebpf::OBJECT)
         .context("cannot load the eBPF object")?;
     let mut tables = Tables::from_ebpf(&mut ebpf)?;
-    tables.set_config(&LimiterConfig {
-        abi_version: ABI_VERSION,
-        default_mode: settings.default_mode.abi(),
-        initial_limit: settings.initial_limit,
-        wakeup_bytes: WAKEUP_BYTES,
-        heartbeat_ns: monotonic_ns(),
-        heartbeat_timeout_ns: settings.heartbeat_timeout.as_nanos() as u64,
-    })?;
-    for (key, policy) in &settings.policies {
-        tables.policies.insert(key, policy, 0)?;
-    }
-    tables.set_peers(&settings.peers)?;
+    configure(&mut tables, settings)?;
     let mut ring = |name: &str| -> Result<RingBuf<MapData>> {
         let map = ebpf
             .take_map(name)
@@ -272,25 +314,40 @@ fn load_and_attach(
     let cgroup_fd = cgroup.open()?;
 
     let mut links = Vec::new();
-    for name in PROGRAMS {
-        let prog = ebpf
-            .program_mut(name)
-            .with_context(|| format!("no program {name}"))?;
-        links.push((name, attach(prog, &cgroup_fd).context(attach_hint(name))?));
-        if name == "limiter_ingress" {
-            // Everything that returns slots and observes is in place, no connect hook yet:
-            // the moment to count what already exists.
-            let mut sockets: SkStorage<&mut MapData, SockState> =
-                SkStorage::try_from(ebpf.map_mut(maps::SOCKETS).context("no sockets map")?)?;
-            let seeded = seed::seed(cgroup, &mut tables, &mut sockets, settings.default_mode)?;
-            info!(
-                connections = seeded,
-                "counted connections that existed before attach"
-            );
+    let mut attach_all = |names: &[&'static str], ebpf: &mut Ebpf| -> Result<()> {
+        for &name in names {
+            let prog = ebpf
+                .program_mut(name)
+                .with_context(|| format!("no program {name}"))?;
+            links.push((name, attach(prog, &cgroup_fd).context(attach_hint(name))?));
         }
-    }
+        Ok(())
+    };
+    attach_all(&OBSERVERS, &mut ebpf)?;
+    // Everything that returns slots and observes is in place, no connect hook yet: the
+    // moment to count what already exists.
+    let mut sockets: SkStorage<&mut MapData, SockState> =
+        SkStorage::try_from(ebpf.map_mut(maps::SOCKETS).context("no sockets map")?)?;
+    let seeded = seed::seed(cgroup, &mut tables, &mut sockets, settings.default_mode)?;
+    info!(
+        connections = seeded,
+        "counted connections that existed before attach"
+    );
+    attach_all(&CONNECT_HOOKS, &mut ebpf)?;
     Ok((ebpf, links, tables, rings))
 }
+
+/// Room for a policy per tracked destination plus every configured address.
+fn policies_capacity(settings: &Settings) -> u32 {
+    let configured = u32::try_from(settings.policies.len()).unwrap_or(u32::MAX);
+    settings
+        .max_destinations
+        .saturating_add(configured)
+        .saturating_add(CONFIGURED_HEADROOM)
+}
+
+/// Policies a reload may add beyond what the configuration had at attach.
+const CONFIGURED_HEADROOM: u32 = 4096;
 
 /// Loads one program and attaches it to the cgroup; the link is ours to keep or drop.
 fn attach(prog: &mut Program, cgroup: &std::fs::File) -> Result<FdLink> {

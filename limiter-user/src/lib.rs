@@ -13,12 +13,14 @@ mod control;
 mod dist_tests;
 mod enforcement;
 mod events;
+mod failures;
 mod lock;
 mod logging;
 mod metrics;
 mod pins;
 mod plan;
 mod preflight;
+mod resolve;
 mod seed;
 mod signals;
 mod status;
@@ -64,7 +66,7 @@ fn run(args: RunArgs) -> Result<()> {
     };
     let cgroup = Cgroup::new(path)?;
     let options = agent::Options {
-        pin_dir: args.pin_dir.clone().map(PinDir::at),
+        pin_dir: args.pin_dir.clone().map(PinDir::at).transpose()?,
         metrics: args.metrics,
         keep_attached: args.keep_attached,
     };
@@ -107,10 +109,10 @@ impl agent::ConfigSource for RunArgs {
 /// The pin directory named by --pin-dir or --cgroup, or the only one there is.
 fn pin_dir_of(cgroup: Option<&PathBuf>, pin_dir: Option<&PathBuf>) -> Result<PinDir> {
     if let Some(dir) = pin_dir {
-        return Ok(PinDir::at(dir.clone()));
+        return PinDir::at(dir.clone());
     }
     if let Some(path) = cgroup {
-        return Ok(PinDir::for_cgroup(&Cgroup::new(path)?));
+        return PinDir::for_cgroup(&Cgroup::new(path)?);
     }
     let all = PinDir::all();
     match all.as_slice() {
@@ -131,20 +133,24 @@ fn pin_dir_of(cgroup: Option<&PathBuf>, pin_dir: Option<&PathBuf>) -> Result<Pin
 
 fn status(args: StatusArgs) -> Result<()> {
     let dir = pin_dir_of(args.cgroup.as_ref(), args.pin_dir.as_ref())?;
-    if !dir.exists() {
+    if !dir.exists()? {
         bail!(
             "no limiter is attached here: {} does not exist",
             dir.path().display()
         );
     }
     let tables = Tables::from_pins(&dir)?;
-    let rows = status::rows(&tables)?;
+    let report = status::report(&dir, &tables)?;
     let mut out = std::io::stdout().lock();
     if args.json {
-        status::print_json(&mut out, &rows)
+        status::print_json(&mut out, &report)?;
     } else {
-        status::print_table(&mut out, &rows, &tables.globals()?)
+        status::print_table(&mut out, &report)?;
     }
+    if report.agent.abandoned() {
+        bail!("no agent is running for this cgroup and no programs are attached: these limits are not enforced");
+    }
+    Ok(())
 }
 
 fn simulate(args: &limiter_sim::SimulateArgs) -> Result<()> {
@@ -157,15 +163,13 @@ fn simulate(args: &limiter_sim::SimulateArgs) -> Result<()> {
 fn detach(args: DetachArgs) -> Result<()> {
     preflight::check_privileges()?;
     let dir = pin_dir_of(args.cgroup.as_ref(), args.pin_dir.as_ref())?;
-    let name = dir
-        .path()
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    if let Some(pid) = AgentLock::holder(&name) {
-        bail!("an agent (pid {pid}) is running for this cgroup: stop it with SIGTERM, it detaches itself");
-    }
-    if !dir.exists() {
+    // Held while removing, so that no agent starts on these pins meanwhile.
+    let _lock = AgentLock::acquire(&dir.lock_name()).map_err(|_| {
+        let pid = AgentLock::holder(&dir.lock_name())
+            .map_or("?".into(), |p| p.to_string());
+        anyhow::anyhow!("an agent (pid {pid}) is running for this cgroup: stop it with SIGTERM, it detaches itself")
+    })?;
+    if !dir.exists()? {
         bail!("nothing to detach: {} does not exist", dir.path().display());
     }
     dir.remove()?;

@@ -1,35 +1,57 @@
-//! One agent per cgroup: an exclusive lock file, released by the kernel when the agent dies.
+//! One agent per pin directory: an exclusive lock on a file in a root-only directory. The
+//! kernel releases it when the agent dies, so a file left behind does not block the next
+//! agent; and nobody but root can open it to hold it.
 
 use std::{
-    fs::OpenOptions,
+    fs::{DirBuilder, OpenOptions},
     io::{Read, Seek, Write},
+    os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt},
     path::{Path, PathBuf},
 };
 
 use anyhow::{bail, Context, Result};
 use nix::fcntl::{Flock, FlockArg};
 
+use crate::pins::check_private;
+
 const RUN_DIR: &str = "/run/limiter";
 
 pub struct AgentLock {
     _file: Flock<std::fs::File>,
-    path: PathBuf,
 }
 
-pub fn lock_path(name: &str) -> PathBuf {
+fn lock_path(name: &str) -> PathBuf {
     Path::new(RUN_DIR).join(format!("{name}.lock"))
+}
+
+/// Creates /run/limiter root-only (tightening one an older version left 0755), then checks
+/// it is root's and not a symlink.
+fn private_run_dir() -> Result<()> {
+    match DirBuilder::new().mode(0o700).create(RUN_DIR) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+            return Err(e).with_context(|| format!("cannot create {RUN_DIR}"));
+        }
+        _ => {}
+    }
+    let meta = std::fs::symlink_metadata(RUN_DIR)?;
+    if meta.is_dir() && std::os::unix::fs::MetadataExt::uid(&meta) == 0 {
+        std::fs::set_permissions(RUN_DIR, std::fs::Permissions::from_mode(0o700))?;
+    }
+    check_private(Path::new(RUN_DIR))
 }
 
 impl AgentLock {
     /// Takes the lock for `name`, or says which process holds it.
     pub fn acquire(name: &str) -> Result<Self> {
-        std::fs::create_dir_all(RUN_DIR).with_context(|| format!("cannot create {RUN_DIR}"))?;
+        private_run_dir()?;
         let path = lock_path(name);
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(&path)
             .with_context(|| format!("cannot open {}", path.display()))?;
         let mut file = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
@@ -46,25 +68,23 @@ impl AgentLock {
         file.set_len(0)?;
         file.rewind()?;
         write!(file, "{}", std::process::id())?;
-        Ok(AgentLock { _file: file, path })
+        Ok(AgentLock { _file: file })
     }
 
     /// The pid of the agent holding the lock for `name`, if one is running.
-    pub fn holder(name: &str) -> Option<String> {
-        let file = OpenOptions::new().read(true).open(lock_path(name)).ok()?;
+    pub fn holder(name: &str) -> Option<u32> {
+        let file = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(lock_path(name))
+            .ok()?;
         match Flock::lock(file, FlockArg::LockSharedNonblock) {
             Ok(_) => None,
             Err((mut file, _)) => {
                 let mut pid = String::new();
                 file.read_to_string(&mut pid).ok();
-                Some(pid.trim().to_string())
+                pid.trim().parse().ok()
             }
         }
-    }
-}
-
-impl Drop for AgentLock {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
     }
 }

@@ -29,6 +29,10 @@ pub struct Snapshot {
     pub globals: Globals,
     /// Kernel signals the control loop has consumed since start.
     pub signals: u64,
+    /// The agent's map operations that failed (it logged them and carried on).
+    pub map_failures: u64,
+    /// Idle destinations the agent removed from the kernel's table.
+    pub forgotten: u64,
 }
 
 /// The snapshot shared between the agent loop and the scrape handler.
@@ -148,9 +152,9 @@ impl Collector for Metrics {
                 g.ringbuf_drops,
             ),
             (
-                "limiter_evictions",
-                "Destinations pushed out of the kernel's table",
-                g.evictions,
+                "limiter_table_full",
+                "Connects to a new destination admitted untracked: the destination table was full",
+                g.table_full,
             ),
             (
                 "limiter_fail_open",
@@ -160,12 +164,22 @@ impl Collector for Metrics {
             (
                 "limiter_untracked",
                 "Connects admitted without per-socket state",
-                g.storage_errors,
+                g.untracked,
             ),
             (
                 "limiter_agent_signals",
                 "Kernel signals consumed by the control loop",
                 snapshot.signals,
+            ),
+            (
+                "limiter_agent_map_failures",
+                "Map operations of the agent that failed (logged; the agent carries on)",
+                snapshot.map_failures,
+            ),
+            (
+                "limiter_agent_forgotten_destinations",
+                "Idle destinations with nothing in flight removed from the kernel's table",
+                snapshot.forgotten,
             ),
         ];
         for (name, help, value) in counters {

@@ -8,7 +8,10 @@ use anyhow::{bail, Context, Result};
 use limiter_common::{DestKey, DestPeers, DestPolicy};
 use limiter_core::ControlConfig;
 
-use crate::config::{Config, Mode};
+use crate::{
+    config::{Config, Mode},
+    resolve::Resolved,
+};
 
 /// A configured destination (its addresses are all counted under its key in
 /// `Plan::destinations`), or one member of a `[[group]]`, which is a destination of its own.
@@ -36,9 +39,11 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// Resolves the configuration. A destination keeps the key it had in `previous`, so
-    /// that re-resolving a host never moves its in-flight count.
-    pub fn build(config: &Config, previous: Option<&Plan>) -> Result<Plan> {
+    /// What the configuration means, with `resolved` giving the addresses of its `host`
+    /// destinations. A destination keeps the key it had in `previous`, so that re-resolving
+    /// a host never moves its in-flight count, and the addresses it had there when its host
+    /// did not resolve this time.
+    pub fn build(config: &Config, resolved: &Resolved, previous: Option<&Plan>) -> Result<Plan> {
         let mut plan = Plan {
             default_mode: config.mode,
             control: config.control(),
@@ -47,15 +52,22 @@ impl Plan {
             excluded: Vec::new(),
         };
         for d in &config.destinations {
-            let addrs: Vec<DestKey> = d.resolve()?.into_iter().map(DestKey::new).collect();
             let previous_key = previous.and_then(|p| {
                 p.destinations
                     .iter()
                     .find(|(_, prev)| prev.name == d.name && prev.peers.is_none())
                     .map(|(k, _)| *k)
             });
+            let addrs: Vec<DestKey> = match (&d.host, resolved.get(&d.name)) {
+                (None, _) => d.addresses.iter().copied().map(DestKey::new).collect(),
+                (Some(_), Some(addrs)) => addrs.iter().copied().map(DestKey::new).collect(),
+                (Some(_), None) => previous
+                    .zip(previous_key)
+                    .map(|(p, key)| p.addresses_of(&key))
+                    .unwrap_or_default(),
+            };
             let Some(key) = previous_key.or_else(|| addrs.first().copied()) else {
-                tracing::warn!(destination = %d.name, "resolves to no address: not limited");
+                tracing::warn!(destination = %d.name, "has no address (yet): not limited");
                 continue;
             };
             plan.destinations.insert(
@@ -100,11 +112,24 @@ impl Plan {
         for e in &config.excludes {
             for &addr in &e.addresses {
                 let key = DestKey::new(addr);
-                plan.members.remove(&key);
+                if let Some(owner) = plan.members.get(&key) {
+                    // Listed addresses are checked when the file is read, a host only once resolved.
+                    let name = &plan.destinations[owner].name;
+                    bail!("{addr} is in [[exclude]] and an address of destination `{name}`");
+                }
                 plan.excluded.push(key);
             }
         }
         Ok(plan)
+    }
+
+    /// Every address counted under `key`.
+    fn addresses_of(&self, key: &DestKey) -> Vec<DestKey> {
+        self.members
+            .iter()
+            .filter(|(_, k)| *k == key)
+            .map(|(a, _)| *a)
+            .collect()
     }
 
     /// The controller configuration for a destination key.
@@ -187,7 +212,7 @@ addresses = ["127.0.0.53:53"]
 
     #[test]
     fn members_share_the_first_address_as_key() {
-        let plan = Plan::build(&config(TWO_ADDRESSES), None).unwrap();
+        let plan = Plan::build(&config(TWO_ADDRESSES), &Resolved::new(), None).unwrap();
         let key = DestKey::new("10.0.0.7:443".parse().unwrap());
         let other = DestKey::new("10.0.0.8:443".parse().unwrap());
         assert_eq!(plan.members[&other], key);
@@ -201,9 +226,9 @@ addresses = ["127.0.0.53:53"]
 
     #[test]
     fn a_destination_keeps_its_key_when_its_addresses_change() {
-        let before = Plan::build(&config(TWO_ADDRESSES), None).unwrap();
+        let before = Plan::build(&config(TWO_ADDRESSES), &Resolved::new(), None).unwrap();
         let moved = config(&TWO_ADDRESSES.replace("10.0.0.7:443", "10.0.0.9:443"));
-        let after = Plan::build(&moved, Some(&before)).unwrap();
+        let after = Plan::build(&moved, &Resolved::new(), Some(&before)).unwrap();
         let key = DestKey::new("10.0.0.7:443".parse().unwrap());
         assert!(after.destinations.contains_key(&key));
         assert_eq!(
@@ -214,7 +239,12 @@ addresses = ["127.0.0.53:53"]
 
     #[test]
     fn learned_destinations_use_the_global_controller() {
-        let plan = Plan::build(&config("algorithm = \"fixed\"\nlimit = 9\n"), None).unwrap();
+        let plan = Plan::build(
+            &config("algorithm = \"fixed\"\nlimit = 9\n"),
+            &Resolved::new(),
+            None,
+        )
+        .unwrap();
         let learned = DestKey::new("127.0.0.1:80".parse().unwrap());
         assert_eq!(plan.initial_policy(&learned).limit, 9);
         assert_eq!(plan.initial_policy(&learned).mode, 0);
@@ -237,7 +267,7 @@ limit = 2
 
     #[test]
     fn each_member_is_a_destination_with_its_own_limit_and_peers() {
-        let plan = Plan::build(&config(REPLICAS), None).unwrap();
+        let plan = Plan::build(&config(REPLICAS), &Resolved::new(), None).unwrap();
         let members = ["127.0.0.1:8001", "127.0.0.1:8002", "127.0.0.1:8003"].map(key);
         let policies: BTreeMap<_, _> = plan.static_policies().into_iter().collect();
         for m in members {
@@ -259,10 +289,14 @@ limit = 2
 
     #[test]
     fn a_destination_resolving_to_a_member_is_refused() {
-        // A host is only known once resolved (here a literal, resolved without DNS).
+        // A host is only known once resolved.
         let text =
-            format!("{REPLICAS}[[destination]]\nname = \"local\"\nhost = \"127.0.0.1:8002\"\n");
-        let err = format!("{:#}", Plan::build(&config(&text), None).unwrap_err());
+            format!("{REPLICAS}[[destination]]\nname = \"local\"\nhost = \"local.test:8002\"\n");
+        let resolved = Resolved::from([("local".into(), vec!["127.0.0.1:8002".parse().unwrap()])]);
+        let err = format!(
+            "{:#}",
+            Plan::build(&config(&text), &resolved, None).unwrap_err()
+        );
         assert!(
             err.contains("127.0.0.1:8002, a member of group `inference`"),
             "{err}"

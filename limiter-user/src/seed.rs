@@ -13,10 +13,10 @@ use std::{
 };
 
 use anyhow::Result;
-use aya::maps::{MapData, PerCpuValues, SkStorage};
-use limiter_common::{DestKey, DestState, GlobalStats, SockState, SOCK_CONNECT_DONE};
+use aya::maps::{MapData, SkStorage};
+use limiter_common::{DestKey, DestState, SockState, SOCK_CONNECT_DONE};
 use nix::sys::socket::{getpeername, getsockname, SockaddrStorage};
-use tracing::debug;
+use tracing::{debug, warn};
 
 use crate::{cgroup::Cgroup, clock::monotonic_ns, config::Mode, tables::Tables};
 
@@ -59,15 +59,18 @@ pub fn seed(
     for (&dest, &count) in &per_dest {
         let state = DestState {
             created_ns: now,
+            last_active_ns: now,
             inflight: count,
             admitted: count as u64,
             ..Default::default()
         };
-        tables.dests.insert(dest, state, 0)?;
+        // More destinations than the table holds: the rest stay untracked, as the kernel
+        // would leave them.
+        if let Err(e) = tables.dests.insert(dest, state, 0) {
+            warn!(destination = %dest.socket_addr(), "existing connections not counted: {e}");
+            found.retain(|o| o.dest != dest);
+        }
     }
-    let mut stats = vec![GlobalStats::default(); aya::util::nr_cpus().map_err(|(_, e)| e)?];
-    stats[0].dests_created = per_dest.len() as u64;
-    tables.stats.set(0, PerCpuValues::try_from(stats)?, 0)?;
     for o in &found {
         let state = SockState {
             dest: o.dest,

@@ -1,14 +1,92 @@
-//! `limiter-user status`: the pinned maps as a table or JSON, with or without the agent.
+//! `limiter-user status`: the pinned maps as a table or JSON, with or without the agent,
+//! and whether anything still enforces them.
 
 use std::io::Write;
 
 use anyhow::Result;
+use limiter_common::maps;
 use serde::Serialize;
 
 use crate::{
+    clock::monotonic_ns,
     config::Mode,
+    lock::AgentLock,
+    pins::PinDir,
     tables::{Globals, Tables},
 };
+
+/// Everything `status` shows; the field names are the documented JSON interface.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub agent: AgentState,
+    pub globals: Globals,
+    pub destinations: Vec<Row>,
+}
+
+/// Who enforces the pinned limits.
+#[derive(Debug, Serialize, PartialEq)]
+pub struct AgentState {
+    /// An agent holds the lock of this pin directory.
+    pub running: bool,
+    pub pid: Option<u32>,
+    /// The connect hooks using these maps are attached (by an agent, or kept for the next).
+    pub attached: bool,
+    /// Since the agent's last heartbeat.
+    pub heartbeat_age_ms: f64,
+    /// Beyond this heartbeat age the kernel admits everything.
+    pub heartbeat_timeout_ms: f64,
+    pub failing_open: bool,
+}
+
+impl AgentState {
+    /// Nothing enforces what the maps say: a dead agent left them.
+    pub fn abandoned(&self) -> bool {
+        !self.running && !self.attached
+    }
+}
+
+/// The report of the pin directory `dir`, whose maps are `tables`.
+pub fn report(dir: &PinDir, tables: &Tables) -> Result<Report> {
+    Ok(Report {
+        agent: agent_state(dir, tables)?,
+        globals: tables.globals()?,
+        destinations: rows(tables)?,
+    })
+}
+
+pub fn agent_state(dir: &PinDir, tables: &Tables) -> Result<AgentState> {
+    let config = tables.config()?;
+    let pid = AgentLock::holder(&dir.lock_name());
+    let age_ns = monotonic_ns().saturating_sub(config.heartbeat_ns);
+    Ok(AgentState {
+        running: pid.is_some(),
+        pid,
+        attached: connect_hooks_attached(dir)?,
+        heartbeat_age_ms: age_ns as f64 / 1e6,
+        heartbeat_timeout_ms: config.heartbeat_timeout_ns as f64 / 1e6,
+        failing_open: age_ns > config.heartbeat_timeout_ns,
+    })
+}
+
+/// Whether a connect hook using this directory's destination table is loaded. The agent
+/// loads programs only to attach them, and they unload once nothing holds their link.
+fn connect_hooks_attached(dir: &PinDir) -> Result<bool> {
+    let dests = aya::maps::MapInfo::from_pin(dir.map(maps::DESTS))?.id();
+    for program in aya::programs::loaded_programs() {
+        let program = program?;
+        // Kernel object names are cut to 15 characters: "limiter_connect4" -> "limiter_connect".
+        if !program
+            .name_as_str()
+            .is_some_and(|n| "limiter_connect4".starts_with(n) && n.len() >= 15)
+        {
+            continue;
+        }
+        if program.map_ids()?.unwrap_or_default().contains(&dests) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
 
 /// One destination; the field names are the documented JSON interface.
 #[derive(Debug, Serialize, PartialEq)]
@@ -62,13 +140,35 @@ pub fn rows(tables: &Tables) -> Result<Vec<Row>> {
         .collect())
 }
 
-pub fn print_json(out: &mut impl Write, rows: &[Row]) -> Result<()> {
-    serde_json::to_writer_pretty(&mut *out, rows)?;
+pub fn print_json(out: &mut impl Write, report: &Report) -> Result<()> {
+    serde_json::to_writer_pretty(&mut *out, report)?;
     writeln!(out)?;
     Ok(())
 }
 
-pub fn print_table(out: &mut impl Write, rows: &[Row], globals: &Globals) -> Result<()> {
+/// One line on who enforces the limits below it.
+pub fn agent_line(agent: &AgentState) -> String {
+    let beat = format!(
+        "heartbeat {:.1} s ago (fails open after {:.0} s)",
+        agent.heartbeat_age_ms / 1e3,
+        agent.heartbeat_timeout_ms / 1e3
+    );
+    let open = if agent.failing_open {
+        ": FAILING OPEN, everything is admitted"
+    } else {
+        ""
+    };
+    match (agent.pid, agent.attached) {
+        (Some(pid), true) => format!("agent running (pid {pid}), programs attached, {beat}{open}"),
+        (Some(pid), false) => format!("agent running (pid {pid}), programs NOT attached"),
+        (None, true) => format!("no agent running; programs attached, kept for the next agent, {beat}{open}"),
+        (None, false) => "no agent running and no programs attached: nothing enforces these limits (a dead agent left them; `limiter-user detach` removes them)".into(),
+    }
+}
+
+pub fn print_table(out: &mut impl Write, report: &Report) -> Result<()> {
+    let (rows, globals) = (&report.destinations, &report.globals);
+    writeln!(out, "{}\n", agent_line(&report.agent))?;
     const HEADERS: [&str; 12] = [
         "ADDRESS",
         "PORT",
@@ -130,8 +230,8 @@ pub fn print_table(out: &mut impl Write, rows: &[Row], globals: &Globals) -> Res
     }
     writeln!(
         out,
-        "\n{} destination(s); ring buffer drops {}, evictions {}, fail-open admits {}, untracked (no socket storage) {}",
-        globals.destinations, globals.ringbuf_drops, globals.evictions, globals.fail_open, globals.storage_errors
+        "\n{} destination(s); ring buffer drops {}, table full {}, fail-open admits {}, untracked (no socket storage) {}",
+        globals.destinations, globals.ringbuf_drops, globals.table_full, globals.fail_open, globals.untracked
     )?;
     Ok(())
 }

@@ -16,14 +16,18 @@ pub struct Tables {
     pub stats: PerCpuArray<MapData, GlobalStats>,
 }
 
-/// Kernel-wide totals. Evictions are derived: every entry the kernel created that is
-/// neither live nor removed by us was pushed out by the LRU.
+/// Kernel-wide totals; the field names are part of `status --json`.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct Globals {
+    /// Kernel events lost to a full ring buffer.
     pub ringbuf_drops: u64,
-    pub evictions: u64,
+    /// Connects to a new destination admitted untracked because the table was full.
+    pub table_full: u64,
+    /// Connects admitted past the limit because the agent's heartbeat was too old.
     pub fail_open: u64,
-    pub storage_errors: u64,
+    /// Connects admitted without per-socket state (its allocation failed).
+    pub untracked: u64,
+    /// Entries in the destination table now.
     pub destinations: u64,
 }
 
@@ -126,9 +130,9 @@ impl Tables {
         let live = self.dests.keys().filter(|k| k.is_ok()).count() as u64;
         Ok(Globals {
             ringbuf_drops: sum.ringbuf_drops,
-            evictions: sum.dests_created.saturating_sub(live),
+            table_full: sum.table_full,
             fail_open: sum.fail_open,
-            storage_errors: sum.storage_errors,
+            untracked: sum.storage_errors,
             destinations: live,
         })
     }

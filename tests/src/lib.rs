@@ -29,32 +29,23 @@ pub fn probe_bin() -> PathBuf {
     bin("limiter-probe")
 }
 
-/// Name of the variable that lets a runner without root skip the kernel tests explicitly.
+pub use limiter_kernel_test::kernel_test;
+
+/// Name of the variable that lets a runner without root opt out of the kernel tests.
 pub const SKIP_VAR: &str = "LIMITER_SKIP_KERNEL_TESTS";
 
 /// Bound on waiting for something that must happen; it guards against hangs only.
 const HANG_GUARD: Duration = Duration::from_secs(150);
 
-/// True when kernel tests should run; panics with the fix when they cannot.
-pub fn kernel_tests_enabled() -> bool {
+/// Called first by every `#[kernel_test]`: panics with the fix when the test cannot run.
+pub fn require_root() {
     if std::env::var_os(SKIP_VAR).is_some_and(|v| v == "1") {
-        eprintln!("kernel test skipped: {SKIP_VAR}=1");
-        return false;
+        panic!("{SKIP_VAR}=1 was not set when the tests were built, so they were not marked ignored: rebuild with it set");
     }
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        panic!("kernel tests need root: run them with sudo, or set {SKIP_VAR}=1 to skip them");
+        panic!("kernel tests need root: run them with sudo, or build and run them with {SKIP_VAR}=1 to skip them");
     }
-    true
-}
-
-#[macro_export]
-macro_rules! require_kernel {
-    () => {
-        if !$crate::kernel_tests_enabled() {
-            return;
-        }
-    };
 }
 
 /// Polls `done` until it holds; panics naming `what` if it never does.
@@ -152,12 +143,8 @@ impl Drop for TestCgroup {
             std::thread::sleep(Duration::from_millis(10));
         }
         let _ = std::fs::remove_dir(&self.path);
-        // What an agent killed mid-test leaves: its pins and its lock file.
+        // What an agent killed mid-test leaves: its pins (its lock file blocks nobody).
         let _ = std::fs::remove_dir_all(self.pin_dir());
-        if let Some(name) = self.pin_dir().file_name() {
-            let lock = Path::new("/run/limiter").join(name).with_extension("lock");
-            let _ = std::fs::remove_file(lock);
-        }
     }
 }
 
@@ -602,6 +589,12 @@ impl Agent {
         self.child.id() as i32
     }
 
+    /// Whether the agent has logged a line containing every one of `texts`.
+    pub fn logged(&self, texts: &[&str]) -> bool {
+        let log = self.log.lock().unwrap();
+        log.iter().any(|l| texts.iter().all(|t| l.contains(t)))
+    }
+
     /// The latency signals the agent logged (start it with `signal_logging()`).
     pub fn signals(&self) -> Vec<LoggedSignal> {
         self.log
@@ -675,8 +668,8 @@ pub fn agent_command(args: &[&str]) -> Output {
         .expect("cannot run the agent")
 }
 
-/// `status --json` for the cgroup, as JSON rows.
-pub fn status(cgroup: &TestCgroup) -> Vec<serde_json::Value> {
+/// `status --json` for the cgroup: the object with `agent`, `globals`, `destinations`.
+pub fn status_report(cgroup: &TestCgroup) -> serde_json::Value {
     let out = agent_command(&[
         "status",
         "--cgroup",
@@ -689,6 +682,24 @@ pub fn status(cgroup: &TestCgroup) -> Vec<serde_json::Value> {
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).expect("status --json is not JSON")
+}
+
+/// The destinations of `status --json`, one object per row.
+pub fn status(cgroup: &TestCgroup) -> Vec<serde_json::Value> {
+    match status_report(cgroup)
+        .get_mut("destinations")
+        .map(serde_json::Value::take)
+    {
+        Some(serde_json::Value::Array(rows)) => rows,
+        other => panic!("status --json has no destinations array: {other:?}"),
+    }
+}
+
+/// One of the `globals` of `status --json`.
+pub fn global(cgroup: &TestCgroup, name: &str) -> u64 {
+    status_report(cgroup)["globals"][name]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no global `{name}` in status --json"))
 }
 
 /// The status row of one destination.
@@ -867,4 +878,36 @@ impl Drop for TempFile {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
     }
+}
+
+/// bpftool lists no program attached to the cgroup.
+pub fn assert_no_programs(cg: &TestCgroup) {
+    let out = Command::new("bpftool")
+        .args(["--json", "cgroup", "show"])
+        .arg(cg.path())
+        .output()
+        .expect("bpftool is not installed (apt-get install bpftool)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.trim().is_empty() || text.trim() == "[]",
+        "programs left attached: {text}"
+    );
+}
+
+/// Runs the agent, expecting failure with one error line (besides log lines) that
+/// contains `expected`.
+pub fn assert_refused(cmd: &mut Command, expected: &str) {
+    let out = cmd.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "must fail: {stderr}");
+    let errors: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("limiter-user: "))
+        .collect();
+    assert_eq!(errors.len(), 1, "one error line: {stderr}");
+    assert!(
+        errors[0].contains(expected),
+        "expected `{expected}` in: {stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
 }

@@ -10,9 +10,8 @@ fn assert_nothing_in_flight(cg: &TestCgroup) {
     }
 }
 
-#[test]
+#[kernel_test]
 fn ten_thousand_connections_through_every_ending_leave_nothing_in_flight() {
-    require_kernel!();
     let cg = TestCgroup::new("churn");
     let endings = Endings::new();
     let held = Upstream::start("127.0.0.1:0", Behaviour::Hold);
@@ -43,9 +42,8 @@ fn ten_thousand_connections_through_every_ending_leave_nothing_in_flight() {
     assert_eq!(field(&cg, held.addr, "admitted"), 20);
 }
 
-#[test]
+#[kernel_test]
 fn a_killed_process_gives_its_slots_back() {
-    require_kernel!();
     let cg = TestCgroup::new("kill");
     let up = Upstream::start("127.0.0.1:0", Behaviour::Hold);
     let _agent = Agent::start(&cg, &["--algorithm", "fixed", "--limit", "3"]);
@@ -60,9 +58,8 @@ fn a_killed_process_gives_its_slots_back() {
     probe.release();
 }
 
-#[test]
+#[kernel_test]
 fn connections_open_before_attach_are_counted() {
-    require_kernel!();
     let cg = TestCgroup::new("seed");
     let up = Upstream::start("127.0.0.1:0", Behaviour::Hold);
     let (before, lines) = Probe::hold(&cg, up.addr, 3);
@@ -86,9 +83,8 @@ fn connections_open_before_attach_are_counted() {
     drop(agent);
 }
 
-#[test]
+#[kernel_test]
 fn inbound_connections_are_not_counted_as_outbound() {
-    require_kernel!();
     let cg = TestCgroup::new("inbound");
     // The probe in the cgroup listens (its own netns upstream) and accepts: the accepted
     // sockets are inbound and must not be seeded; only its outbound connects count.

@@ -6,9 +6,8 @@ fn upstream() -> Upstream {
     Upstream::start("127.0.0.1:0", Behaviour::Hold)
 }
 
-#[test]
+#[kernel_test]
 fn at_the_limit_connects_fail_with_econnrefused_and_send_no_syn() {
-    require_kernel!();
     let cg = TestCgroup::new("limit");
     let _agent = Agent::start(&cg, &["--algorithm", "fixed", "--limit", "5"]);
     // The probe brings its own upstream in a private network namespace, where every SYN
@@ -41,9 +40,8 @@ fn at_the_limit_connects_fail_with_econnrefused_and_send_no_syn() {
     wait_until("the slots to come back", || field(&cg, to, "inflight") == 0);
 }
 
-#[test]
+#[kernel_test]
 fn racing_connects_never_overshoot_the_limit() {
-    require_kernel!();
     let cg = TestCgroup::new("race");
     let up = upstream();
     let _agent = Agent::start(&cg, &["--algorithm", "fixed", "--limit", "7"]);
@@ -62,9 +60,8 @@ fn racing_connects_never_overshoot_the_limit() {
     }
 }
 
-#[test]
+#[kernel_test]
 fn shadow_never_refuses_but_counts_would_shed() {
-    require_kernel!();
     let cg = TestCgroup::new("shadow");
     let up = upstream();
     let _agent = Agent::start(
@@ -81,9 +78,8 @@ fn shadow_never_refuses_but_counts_would_shed() {
     probe.release();
 }
 
-#[test]
+#[kernel_test]
 fn off_records_nothing() {
-    require_kernel!();
     let cg = TestCgroup::new("off");
     let up = upstream();
     let _agent = Agent::start(
@@ -96,9 +92,8 @@ fn off_records_nothing() {
     probe.release();
 }
 
-#[test]
+#[kernel_test]
 fn per_destination_overrides_beat_the_global_mode() {
-    require_kernel!();
     let cg = TestCgroup::new("override");
     let (prod, shadowed, excluded, plain) = (upstream(), upstream(), upstream(), upstream());
     let config = TempFile::new(
@@ -156,9 +151,8 @@ addresses = ["{excluded}"]
     }
 }
 
-#[test]
+#[kernel_test]
 fn udp_connect_is_untouched() {
-    require_kernel!();
     let cg = TestCgroup::new("udp");
     let _agent = Agent::start(&cg, &["--algorithm", "fixed", "--limit", "1"]);
     for _ in 0..3 {
@@ -168,9 +162,8 @@ fn udp_connect_is_untouched() {
     assert!(status(&cg).is_empty(), "UDP must not create destinations");
 }
 
-#[test]
+#[kernel_test]
 fn ipv6_and_v4_mapped_destinations_are_counted_as_such() {
-    require_kernel!();
     let cg = TestCgroup::new("ipv6");
     let v6 = Upstream::start("[::1]:0", Behaviour::Hold);
     let v4 = Upstream::start("[::]:0", Behaviour::Hold);

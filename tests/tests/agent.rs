@@ -30,9 +30,8 @@ fn sample(body: &str, name: &str, labels: &str) -> Option<f64> {
         .map(|v| v.parse().unwrap())
 }
 
-#[test]
+#[kernel_test]
 fn metrics_are_served_in_the_prometheus_text_format() {
-    require_kernel!();
     let cg = TestCgroup::new("metrics");
     let up = Upstream::start("127.0.0.1:0", Behaviour::Hold);
     let metrics: SocketAddr = closed_port();
@@ -72,9 +71,8 @@ fn metrics_are_served_in_the_prometheus_text_format() {
     probe.release();
 }
 
-#[test]
+#[kernel_test]
 fn a_metrics_address_in_use_fails_the_start_cleanly() {
-    require_kernel!();
     let cg = TestCgroup::new("metricsbusy");
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let out = agent_command(&[
@@ -88,9 +86,8 @@ fn a_metrics_address_in_use_fails_the_start_cleanly() {
     assert!(!cg.pin_dir().exists());
 }
 
-#[test]
+#[kernel_test]
 fn sighup_reloads_the_configuration_without_dropping_state() {
-    require_kernel!();
     let cg = TestCgroup::new("reload");
     let up = Upstream::start("127.0.0.1:0", Behaviour::Hold);
     let config = TempFile::new("reload.toml", "algorithm = \"fixed\"\nlimit = 2\n");
@@ -98,9 +95,18 @@ fn sighup_reloads_the_configuration_without_dropping_state() {
     let (first, lines) = Probe::hold(&cg, up.addr, 3);
     assert_eq!(tally(&lines), (2, 1, 0));
 
-    std::fs::write(&config.0, "algorithm = \"fixed\"\nlimit = 4\n").unwrap();
+    std::fs::write(
+        &config.0,
+        "algorithm = \"fixed\"\nlimit = 4\nheartbeat_timeout_secs = 3\n",
+    )
+    .unwrap();
     agent.signal(libc::SIGHUP);
     wait_until("the new limit", || field(&cg, up.addr, "limit") == 4);
+    assert_eq!(
+        status_report(&cg)["agent"]["heartbeat_timeout_ms"],
+        3000.0,
+        "the kernel has the new heartbeat timeout"
+    );
     let (second, lines) = Probe::hold(&cg, up.addr, 3);
     assert_eq!(tally(&lines), (2, 1, 0), "4 allowed, 2 already held");
     assert_eq!(
@@ -115,21 +121,27 @@ fn sighup_reloads_the_configuration_without_dropping_state() {
     agent.signal(libc::SIGHUP);
     let path = config.0.display().to_string();
     wait_until("the reload error in the log", || {
-        agent
-            .log
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|l| l.contains("reload failed") && l.contains(&path))
+        agent.logged(&["reload failed", &path])
+    });
+    assert_eq!(field(&cg, up.addr, "limit"), 4);
+
+    // Map sizes are fixed once loaded: a reload asking for others says so.
+    std::fs::write(
+        &config.0,
+        "algorithm = \"fixed\"\nlimit = 5\nmax_destinations = 100\n",
+    )
+    .unwrap();
+    agent.signal(libc::SIGHUP);
+    wait_until("the refused resize in the log", || {
+        agent.logged(&["reload failed", "max_destinations changes only"])
     });
     assert_eq!(field(&cg, up.addr, "limit"), 4);
     first.release();
     second.release();
 }
 
-#[test]
+#[kernel_test]
 fn the_addresses_of_one_destination_share_one_limit() {
-    require_kernel!();
     let cg = TestCgroup::new("group");
     let (a, b) = (
         Upstream::start("127.0.0.1:0", Behaviour::Hold),

@@ -11,9 +11,8 @@ fn learned(cg: &TestCgroup, up: &SlowHttp) -> bool {
     row(cg, up.addr).is_some_and(|r| r["baseline_ms"].is_number())
 }
 
-#[test]
+#[kernel_test]
 fn the_limit_follows_a_slow_upstream_down_and_back_up_leaving_others_alone() {
-    require_kernel!();
     let cg = TestCgroup::new("adaptive");
     let (slowing, steady) = (SlowHttp::start(5), SlowHttp::start(5));
     let _agent = Agent::start(&cg, &[]);
@@ -57,9 +56,8 @@ fn the_limit_follows_a_slow_upstream_down_and_back_up_leaving_others_alone() {
     assert_eq!(get(&steady, "shed"), steady_shed);
 }
 
-#[test]
+#[kernel_test]
 fn shadow_mode_refuses_nothing_and_reports_what_it_would_have_shed() {
-    require_kernel!();
     let cg = TestCgroup::new("adaptiveshadow");
     let up = SlowHttp::start(5);
     let _agent = Agent::start(&cg, &["--mode", "shadow"]);

@@ -44,9 +44,8 @@ fn redirected_and_shed(cg: &TestCgroup, dest: SocketAddr) -> (i64, i64) {
     (field(cg, dest, "redirected"), field(cg, dest, "shed"))
 }
 
-#[test]
+#[kernel_test]
 fn overflow_falls_forward_in_order_and_is_refused_only_with_every_replica_full() {
-    require_kernel!();
     let cg = TestCgroup::new("fallforward");
     let replicas = hold_upstreams(&["127.0.0.1:0", "127.0.0.2:0", "127.0.0.3:0"]);
     let [one, two, three] = [0, 1, 2].map(|i| replicas[i].addr);
@@ -103,9 +102,8 @@ fn overflow_falls_forward_in_order_and_is_refused_only_with_every_replica_full()
     }
 }
 
-#[test]
+#[kernel_test]
 fn ipv6_and_v4_mapped_connects_fall_forward_within_their_family() {
-    require_kernel!();
     let cg = TestCgroup::new("ffipv6");
     let v6 = hold_upstreams(&["[::1]:0", "[::1]:0"]);
     let v4 = hold_upstreams(&["127.0.0.1:0", "127.0.0.2:0"]);
@@ -153,9 +151,8 @@ fn ipv6_and_v4_mapped_connects_fall_forward_within_their_family() {
     p2.release();
 }
 
-#[test]
+#[kernel_test]
 fn shadow_rewrites_nothing_and_counts_what_it_would_have_redirected() {
-    require_kernel!();
     let cg = TestCgroup::new("ffshadow");
     let replicas = hold_upstreams(&["127.0.0.1:0", "127.0.0.2:0", "127.0.0.3:0"]);
     let [one, two, three] = [0, 1, 2].map(|i| replicas[i].addr);
@@ -197,9 +194,8 @@ fn shadow_rewrites_nothing_and_counts_what_it_would_have_redirected() {
     }
 }
 
-#[test]
+#[kernel_test]
 fn groups_follow_reloads() {
-    require_kernel!();
     let cg = TestCgroup::new("ffreload");
     let replicas = hold_upstreams(&["127.0.0.1:0", "127.0.0.2:0"]);
     let one = replicas[0].addr;
@@ -234,9 +230,8 @@ fn groups_follow_reloads() {
     assert_eq!(redirected_and_shed(&cg, one), (2, 1));
 }
 
-#[test]
+#[kernel_test]
 fn a_slow_replica_gets_a_low_limit_and_its_overflow_lands_on_the_healthy_one() {
-    require_kernel!();
     const LOAD: usize = 16;
     let cg = TestCgroup::new("ffslow");
     let (slowing, healthy) = (SlowHttp::start(5), SlowHttp::start(5));

@@ -13,9 +13,8 @@ fn attached_programs(cg: &TestCgroup) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-#[test]
+#[kernel_test]
 fn a_restarted_agent_takes_over_enforcement_that_never_stopped() {
-    require_kernel!();
     let cg = TestCgroup::new("takeover");
     let up = Upstream::start("127.0.0.1:0", Behaviour::Hold);
     let args = ["--algorithm", "fixed", "--limit", "2", "--keep-attached"];
@@ -29,15 +28,19 @@ fn a_restarted_agent_takes_over_enforcement_that_never_stopped() {
     let (_, lines) = Probe::hold(&cg, up.addr, 1);
     assert_eq!(tally(&lines), (0, 1, 0), "enforced while no agent runs");
     assert_eq!(field(&cg, up.addr, "inflight"), 2);
+    let agent = &status_report(&cg)["agent"];
+    assert_eq!(
+        (&agent["running"], &agent["attached"]),
+        (&false.into(), &true.into())
+    );
 
-    let second = Agent::start(&cg, &args[..4]);
+    let second = Agent::start(&cg, &[&args[..4], &["--max-destinations", "1000"]].concat());
     assert!(
-        second
-            .log
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|l| l.contains("took_over=true")),
+        second.logged(&["keeps the previous agent's table sizes"]),
+        "taking over says that the sizes asked for do not apply"
+    );
+    assert!(
+        second.logged(&["took_over=true"]),
         "the second agent must take over, not attach anew"
     );
     assert_eq!(field(&cg, up.addr, "inflight"), 2, "state taken over");
@@ -55,9 +58,8 @@ fn a_restarted_agent_takes_over_enforcement_that_never_stopped() {
     assert!(!attached_programs(&cg).contains("limiter"));
 }
 
-#[test]
+#[kernel_test]
 fn a_recreated_cgroup_is_limited_again() {
-    require_kernel!();
     let cg = TestCgroup::new("recreate");
     let up = Upstream::start("127.0.0.1:0", Behaviour::Hold);
     let agent = Agent::start(&cg, &["--algorithm", "fixed", "--limit", "1"]);
@@ -67,12 +69,7 @@ fn a_recreated_cgroup_is_limited_again() {
 
     cg.recreate();
     wait_until("the agent to attach again", || {
-        agent
-            .log
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|l| l.contains("limiter re-attached"))
+        agent.logged(&["limiter re-attached"])
     });
     assert!(attached_programs(&cg).contains("limiter_connect4"));
     let (held, lines) = Probe::hold(&cg, up.addr, 2);

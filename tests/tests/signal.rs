@@ -55,19 +55,23 @@ fn wait_signals(agent: &Agent, dest: SocketAddr, kind: &str, n: usize) -> Vec<Lo
     of_kind()
 }
 
-/// Kernel and client agree within 1 ms + 5 %.
-fn assert_agrees(kernel_ns: u64, client_ns: u64) {
-    let diff = kernel_ns.abs_diff(client_ns) as f64;
-    let bound = 1e6 + 0.05 * client_ns as f64;
+/// What the kernel guarantees about a sample: it starts at the request's first byte leaving
+/// (after the client started its clock) and ends at the response's first byte arriving
+/// (before the client's read returns), so it is at least the upstream's own delay and at
+/// most what the client measured, however loaded the machine.
+fn assert_bounded(kernel_ns: u64, upstream_delay_ms: u64, client_ns: u64) {
     assert!(
-        diff <= bound,
-        "kernel {kernel_ns} ns vs client {client_ns} ns"
+        kernel_ns >= upstream_delay_ms * 1_000_000,
+        "kernel {kernel_ns} ns is less than the upstream's delay of {upstream_delay_ms} ms"
+    );
+    assert!(
+        kernel_ns <= client_ns,
+        "kernel {kernel_ns} ns is more than the client's own {client_ns} ns"
     );
 }
 
-#[test]
-fn samples_agree_with_the_clients_own_time_to_first_byte() {
-    require_kernel!();
+#[kernel_test]
+fn samples_lie_between_the_upstreams_delay_and_the_clients_own_time_to_first_byte() {
     let cg = TestCgroup::new("ttfb");
     let agent = start(&cg);
     for delay_ms in [5, 50, 200] {
@@ -75,15 +79,13 @@ fn samples_agree_with_the_clients_own_time_to_first_byte() {
         let client = exchange(&cg, up.addr, &[]);
         let kernel = wait_signals(&agent, up.addr, "sample", 1);
         assert_eq!(kernel.len(), 1);
-        assert_agrees(kernel[0].value_ns, client[0]);
-        assert!(kernel[0].value_ns >= delay_ms * 1_000_000);
+        assert_bounded(kernel[0].value_ns, delay_ms, client[0]);
         assert_eq!(kernel[0].inflight, 1, "in flight when the request started");
     }
 }
 
-#[test]
+#[kernel_test]
 fn a_keep_alive_connection_gives_one_sample_per_exchange() {
-    require_kernel!();
     let cg = TestCgroup::new("keepalive");
     let agent = start(&cg);
     let up = respond(2, 0);
@@ -95,14 +97,13 @@ fn a_keep_alive_connection_gives_one_sample_per_exchange() {
     let kernel = wait_signals(&agent, up.addr, "sample", 20);
     assert_eq!(kernel.len(), 20);
     for (k, c) in kernel.iter().zip(&client) {
-        assert_agrees(k.value_ns, *c);
+        assert_bounded(k.value_ns, 2, *c);
     }
     assert_eq!(wait_signals(&agent, up.addr, "handshake", 1).len(), 1);
 }
 
-#[test]
+#[kernel_test]
 fn a_streamed_response_is_timed_to_its_first_byte() {
-    require_kernel!();
     let cg = TestCgroup::new("stream");
     let agent = start(&cg);
     let up = respond(280, 3000);
@@ -114,16 +115,12 @@ fn a_streamed_response_is_timed_to_its_first_byte() {
     let kernel_after = agent.signals();
     let samples: Vec<_> = kernel_after.iter().filter(|s| s.kind == "sample").collect();
     assert_eq!(samples.len(), 1, "the 3 s body adds no sample");
-    assert_agrees(kernel[0].value_ns, client[0]);
-    assert!(
-        kernel[0].value_ns < 1_000_000_000,
-        "first byte, not total duration"
-    );
+    // At most the client's time to the first byte, which ends 3 s before the body does.
+    assert_bounded(kernel[0].value_ns, 280, client[0]);
 }
 
-#[test]
+#[kernel_test]
 fn a_large_upload_is_timed_from_its_first_byte() {
-    require_kernel!();
     let cg = TestCgroup::new("upload");
     let agent = start(&cg);
     let up = respond(20, 0);
@@ -137,12 +134,11 @@ fn a_large_upload_is_timed_from_its_first_byte() {
         1,
         "one request, one sample, however many segments"
     );
-    assert_agrees(kernel[0].value_ns, client[0]);
+    assert_bounded(kernel[0].value_ns, 20, client[0]);
 }
 
-#[test]
+#[kernel_test]
 fn every_outcome_is_reported_once_per_connection() {
-    require_kernel!();
     let cg = TestCgroup::new("outcomes");
     let agent = start(&cg);
 
@@ -223,7 +219,7 @@ fn every_outcome_is_reported_once_per_connection() {
 /// Terminate) is reported with a wait of microseconds, shorter than any answer the
 /// destination gave. The controller counts a close as a timeout only when the wait was
 /// longer than the destination normally takes, so this is a goodbye.
-#[test]
+#[kernel_test]
 fn a_goodbye_reports_a_wait_shorter_than_any_answer() {
     let cg = TestCgroup::new("signal-goodbye");
     let agent = start(&cg);
@@ -239,9 +235,8 @@ fn a_goodbye_reports_a_wait_shorter_than_any_answer() {
     );
 }
 
-#[test]
+#[kernel_test]
 fn connects_the_limiter_refuses_report_no_outcome() {
-    require_kernel!();
     let cg = TestCgroup::new("shedoutcome");
     let agent = Agent::start_command(
         signal_logging(),
@@ -268,9 +263,8 @@ fn connects_the_limiter_refuses_report_no_outcome() {
     );
 }
 
-#[test]
+#[kernel_test]
 fn ipv6_traffic_gives_samples_too() {
-    require_kernel!();
     let cg = TestCgroup::new("ipv6signal");
     let agent = start(&cg);
     let up = Upstream::start(
@@ -283,13 +277,12 @@ fn ipv6_traffic_gives_samples_too() {
     let client = exchange(&cg, up.addr, &["--requests", "3"]);
     let kernel = wait_signals(&agent, up.addr, "sample", 3);
     for (k, c) in kernel.iter().zip(&client) {
-        assert_agrees(k.value_ns, *c);
+        assert_bounded(k.value_ns, 10, *c);
     }
 }
 
-#[test]
+#[kernel_test]
 fn traffic_over_a_real_interface_gives_samples_too() {
-    require_kernel!();
     let cg = TestCgroup::new("vethsignal");
     let net = TestNetns::new();
     let up = net.upstream(Behaviour::Respond {
@@ -304,14 +297,13 @@ fn traffic_over_a_real_interface_gives_samples_too() {
     );
     let kernel = wait_signals(&agent, up.addr, "sample", 3);
     for (k, c) in kernel.iter().zip(&client) {
-        assert_agrees(k.value_ns, *c);
+        assert_bounded(k.value_ns, 10, *c);
     }
     assert_eq!(wait_signals(&agent, up.addr, "handshake", 1).len(), 1);
 }
 
-#[test]
+#[kernel_test]
 fn an_overflowing_ring_buffer_counts_its_losses_and_never_stalls_the_application() {
-    require_kernel!();
     let cg = TestCgroup::new("overflow");
     // 4 KiB holds about 70 signals; nobody drains it while the agent is stopped.
     let agent = Agent::start_command(
@@ -333,15 +325,7 @@ fn an_overflowing_ring_buffer_counts_its_losses_and_never_stalls_the_application
     agent.signal(libc::SIGCONT);
 
     // 500 samples and one handshake were sent: each was either delivered or counted lost.
-    let drops = || -> usize {
-        let out = agent_command(&["status", "--cgroup", &cg.path().to_string_lossy()]);
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        text.split("ring buffer drops ")
-            .nth(1)
-            .and_then(|t| t.split(',').next())
-            .and_then(|n| n.trim().parse().ok())
-            .unwrap_or_else(|| panic!("no drop count in status: {text}"))
-    };
+    let drops = || global(&cg, "ringbuf_drops") as usize;
     wait_until("every signal delivered or counted", || {
         agent
             .signals()

@@ -4,11 +4,10 @@
 
 use std::process::{Command, Stdio};
 
-use limiter_integration_tests::{cgroup2_mount, require_kernel};
+use limiter_integration_tests::{cgroup2_mount, kernel_test};
 
-#[test]
+#[kernel_test]
 fn one_short_iteration_of_every_part_runs_and_cleans_up() {
-    require_kernel!();
     let child = Command::new(env!("CARGO_BIN_EXE_xtask"))
         .args(["bench", "--smoke"])
         .stdout(Stdio::piped())

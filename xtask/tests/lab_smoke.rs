@@ -4,11 +4,10 @@
 
 use std::process::{Command, Stdio};
 
-use limiter_integration_tests::{cgroup2_mount, require_kernel};
+use limiter_integration_tests::{cgroup2_mount, kernel_test};
 
-#[test]
+#[kernel_test]
 fn one_short_iteration_of_every_run_writes_the_report_and_cleans_up() {
-    require_kernel!();
     let out = tempfile::tempdir().unwrap();
     let report = out.path().join("lab.md");
     let child = Command::new(env!("CARGO_BIN_EXE_xtask"))
@@ -69,9 +68,8 @@ fn one_short_iteration_of_every_run_writes_the_report_and_cleans_up() {
     );
 }
 
-#[test]
+#[kernel_test]
 fn it_refuses_to_run_without_root_and_says_how() {
-    require_kernel!();
     let run = Command::new("runuser")
         .args(["-u", "nobody", "--"])
         .arg(env!("CARGO_BIN_EXE_xtask"))

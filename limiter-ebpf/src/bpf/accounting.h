@@ -5,22 +5,19 @@
 
 #include "maps.h"
 
-/* The destination's entry, created on first sight so the very first connect is governed. */
+/* The destination's entry, created on first sight so the very first connect is governed;
+ * NULL only when the table is full and the destination is new. */
 static __always_inline struct dest_state *dest_get_or_create(const struct dest_key *key)
 {
 	struct dest_state *st = bpf_map_lookup_elem(&dests, key);
 	struct dest_state fresh = {};
-	struct global_stats *gs;
 
 	if (st)
 		return st;
 	fresh.created_ns = bpf_ktime_get_ns();
+	fresh.last_active_ns = fresh.created_ns;
 	/* NOEXIST: when two CPUs race to create it, the loser just looks the winner's up. */
-	if (bpf_map_update_elem(&dests, key, &fresh, BPF_NOEXIST) == 0) {
-		gs = global_stats();
-		if (gs)
-			gs->dests_created++;
-	}
+	bpf_map_update_elem(&dests, key, &fresh, BPF_NOEXIST);
 	return bpf_map_lookup_elem(&dests, key);
 }
 
@@ -34,7 +31,8 @@ static __always_inline void slot_release(struct sock_state *ss)
 		return;
 	st = bpf_map_lookup_elem(&dests, &ss->dest);
 	if (!st || st->created_ns != ss->dest_created_ns)
-		return; /* evicted since: its slot went with it */
+		return; /* removed since: its slot went with it */
+	st->last_active_ns = bpf_ktime_get_ns();
 	__sync_fetch_and_add(&st->inflight, -1);
 	if (ss->established)
 		__sync_fetch_and_add(&st->closed, 1);
@@ -53,6 +51,7 @@ static __always_inline __s64 slot_take(struct sock_state *ss, struct dest_state 
 	ss->flags = 0;
 	ss->connect_ns = bpf_ktime_get_ns();
 	ss->holds_slot = 1;
+	st->last_active_ns = ss->connect_ns;
 	return __sync_fetch_and_add(&st->inflight, 1);
 }
 

@@ -9,7 +9,8 @@
  *   cgroup_skb egress     a payload sent while not awaiting a response starts a request
  *   cgroup_skb ingress    the first payload received after it ends it: a latency sample
  *
- * Every path fails open: a missing map entry or allocation failure admits the connect.
+ * Every path fails open: a missing map entry, a full table or an allocation failure admits
+ * the connect.
  */
 #include <linux/bpf.h>
 #include <linux/in.h>
@@ -51,6 +52,22 @@ static __always_inline void count_storage_error(void)
 		gs->storage_errors++;
 }
 
+/* A new destination with no room in the table: admitted, untracked, counted. A socket
+ * connecting again keeps no state from its earlier attempt, which gives that slot back. */
+static __always_inline int admit_untracked(struct bpf_sock_addr *ctx)
+{
+	struct sock_state *ss = bpf_sk_storage_get(&sockets, ctx->sk, 0, 0);
+	struct global_stats *gs = global_stats();
+
+	if (ss) {
+		slot_release(ss);
+		bpf_sk_storage_delete(&sockets, ctx->sk);
+	}
+	if (gs)
+		gs->table_full++;
+	return CONNECT_ALLOW;
+}
+
 /* CONNECT_ALLOW, CONNECT_REFUSE, or CONNECT_REDIRECT with the peer in `redirect`. */
 static __always_inline int admit(struct bpf_sock_addr *ctx, const struct dest_key *asked,
 				 struct dest_key *redirect)
@@ -78,6 +95,9 @@ static __always_inline int admit(struct bpf_sock_addr *ctx, const struct dest_ke
 	}
 	limit = policy ? policy->limit : cfg->initial_limit;
 
+	st = dest_get_or_create(key);
+	if (!st)
+		return admit_untracked(ctx);
 	ss = bpf_sk_storage_get(&sockets, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!ss) {
 		count_storage_error();
@@ -85,11 +105,6 @@ static __always_inline int admit(struct bpf_sock_addr *ctx, const struct dest_ke
 	}
 	/* A socket may connect again after a failed attempt: give that attempt's slot back. */
 	slot_release(ss);
-	st = dest_get_or_create(key);
-	if (!st) {
-		count_storage_error();
-		return CONNECT_ALLOW;
-	}
 
 	/* Reserve first, then check: the fetch-and-add orders racing connects, so two of them
 	 * can never both see the last free slot. */

@@ -10,8 +10,10 @@
 /* Default table size; the agent overrides it at load time (--max-destinations). */
 #define DEFAULT_MAX_DESTINATIONS 65536
 
+/* A plain hash, not an LRU: a flood of new destinations must never push out one that holds
+ * slots. When it is full, new destinations fail open (global_stats.table_full). */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, DEFAULT_MAX_DESTINATIONS);
 	__type(key, struct dest_key);
 	__type(value, struct dest_state);

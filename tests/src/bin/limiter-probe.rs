@@ -79,6 +79,14 @@ enum Cmd {
         #[arg(long)]
         goodbye: bool,
     },
+    /// Connect once to each of COUNT loopback addresses (127.1.0.1 onwards) on PORT,
+    /// closing each at once; prints "attempted N" when done.
+    Spray {
+        #[arg(long)]
+        port: u16,
+        #[arg(long)]
+        count: u32,
+    },
     /// Connect a UDP socket; prints "ok" or "err ERRNO".
     Udp {
         #[arg(long)]
@@ -190,6 +198,15 @@ fn main() {
                 (false, false) => Ending::Close,
             };
             exchange(&mut out, to, requests, request_bytes, ending)
+        }
+        Cmd::Spray { port, count } => {
+            for n in 0..count {
+                let ip =
+                    std::net::Ipv4Addr::from(u32::from(std::net::Ipv4Addr::new(127, 1, 0, 1)) + n);
+                // Refused (nobody listens) or, past the limit, shed: either way one destination more.
+                let _ = TcpStream::connect((ip, port));
+            }
+            writeln!(out, "attempted {count}").unwrap();
         }
         Cmd::Udp { to } => {
             let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
