@@ -378,7 +378,11 @@ impl Report<'_> {
              limiter runs or not.\n\
              - Recovery: from the upstream's restore to the end of the first second from which \
              goodput stays at {recovered:.0} % of the healthy phase's for {hold} s, in whole seconds.\n\
-             - Shed and would_shed: the limiter's own counters, over the phase.",
+             - Shed and would_shed: the limiter's own counters, over the phase.\n\
+             - With no limiter, the incident's {clients} connections meet {workers} workers: nginx \
+             gives up after {timeout} s (504) while the requests it abandoned still wait in the \
+             upstream's listen queue and are served later, for nobody. Goodput then falls far \
+             below the upstream's capacity; a limit near its workers' count would serve it.",
             workers = upstream::WORKERS,
             healthy = upstream::capacity(upstream::HEALTHY),
             slow = upstream::capacity(upstream::SLOW),
