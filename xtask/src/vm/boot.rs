@@ -25,10 +25,26 @@ impl Guest<'_> {
     /// Runs `command` in the guest; the console and the command's output go to the terminal
     /// and to `log`. Fails unless the command exits 0: a panic ends qemu (the kernel is told
     /// not to reboot), a hang is stopped at the deadline.
+    ///
+    /// A boot that fails before the command starts is tried once more: under software
+    /// emulation a kernel patching its own code (int3 text poking) on two emulated CPUs
+    /// panics now and then, an emulator glitch, not the kernel under test. A failure once
+    /// the command runs is never retried.
     pub fn run(&self, command: &str, log: &Path) -> Result<()> {
         if self.systemd && !Path::new("/lib/modules").is_dir() {
             bail!("virtme-ng's systemd boot needs /lib/modules on this machine, to mount the guest's modules over: sudo mkdir /lib/modules");
         }
+        let command = format!("echo '{STARTED}' && {command}");
+        match self.boot(&command, log) {
+            Err(e) if !started(log) => {
+                eprintln!("the guest never started its command ({e:#}): booting once more");
+                self.boot(&command, log)
+            }
+            result => result,
+        }
+    }
+
+    fn boot(&self, command: &str, log: &Path) -> Result<()> {
         let mut cmd = self.vng(command);
         let log_file = Arc::new(Mutex::new(
             File::create(log).with_context(|| format!("cannot create {}", log.display()))?,
@@ -101,6 +117,17 @@ impl Guest<'_> {
         cmd.args(["--exec", command]);
         cmd
     }
+}
+
+/// The guest's first line once it runs its command.
+const STARTED: &str = "=== the guest runs its command";
+
+/// Whether the guest reached its command in the run `log` holds.
+fn started(log: &Path) -> bool {
+    std::fs::read(log).is_ok_and(|text| {
+        text.split(|&b| b == b'\n')
+            .any(|line| line.trim_ascii() == STARTED.as_bytes())
+    })
 }
 
 /// systemd takes the guest for a container (the host's root, shared, may hold /.dockerenv),
