@@ -83,8 +83,8 @@ impl DecisionLog {
         self.write_summary();
     }
 
-    /// The last summary, when the agent stops: what happened since the previous one.
-    /// The last events and their summary, on the way out: no controller listens any more.
+    /// The last events and their summary, when the agent stops: no controller listens any
+    /// more.
     pub fn flush(&mut self) {
         self.drain(|_, _| {});
         self.write_summary();
