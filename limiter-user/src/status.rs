@@ -11,8 +11,8 @@ use crate::{
     clock::monotonic_ns,
     config::Mode,
     lock::AgentLock,
+    maps::{Globals, Maps},
     pins::PinDir,
-    tables::{Globals, Tables},
 };
 
 /// Everything `status` shows; the field names are the documented JSON interface.
@@ -46,7 +46,7 @@ impl AgentState {
 }
 
 /// The report of the pin directory `dir`, whose maps are `tables`.
-pub fn report(dir: &PinDir, tables: &Tables) -> Result<Report> {
+pub fn report(dir: &PinDir, tables: &Maps) -> Result<Report> {
     Ok(Report {
         agent: agent_state(dir, tables)?,
         globals: tables.globals()?,
@@ -54,7 +54,7 @@ pub fn report(dir: &PinDir, tables: &Tables) -> Result<Report> {
     })
 }
 
-pub fn agent_state(dir: &PinDir, tables: &Tables) -> Result<AgentState> {
+pub fn agent_state(dir: &PinDir, tables: &Maps) -> Result<AgentState> {
     let config = tables.config()?;
     let pid = AgentLock::holder(&dir.lock_name());
     let age_ns = monotonic_ns().saturating_sub(config.heartbeat_ns);
@@ -121,7 +121,7 @@ pub struct Row {
     pub p90_ms: Option<f64>,
 }
 
-pub fn rows(tables: &Tables) -> Result<Vec<Row>> {
+pub fn rows(tables: &Maps) -> Result<Vec<Row>> {
     let config = tables.config()?;
     let default_mode = Mode::from_abi(config.default_mode).unwrap_or(Mode::Off);
     let ms = |ns: u64| (ns > 0).then(|| ns as f64 / 1e6);

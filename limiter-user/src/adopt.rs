@@ -18,7 +18,7 @@ use limiter_common::{DestKey, DestState, SockState, SOCK_CONNECT_DONE};
 use nix::sys::socket::{getpeername, getsockname, SockaddrStorage};
 use tracing::{debug, warn};
 
-use crate::{cgroup::Cgroup, clock::monotonic_ns, config::Mode, tables::Tables};
+use crate::{cgroup::Cgroup, clock::monotonic_ns, config::Mode, maps::Maps};
 
 /// BPF_NOEXIST: a socket admitted concurrently already has its state.
 const NOEXIST: u64 = 1;
@@ -30,9 +30,9 @@ struct Outbound {
     dest: DestKey,
 }
 
-pub fn seed(
+pub fn adopt(
     cgroup: &Cgroup,
-    tables: &mut Tables,
+    tables: &mut Maps,
     sockets: &mut SkStorage<&mut MapData, SockState>,
     default_mode: Mode,
 ) -> Result<usize> {

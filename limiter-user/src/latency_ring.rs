@@ -73,13 +73,13 @@ pub struct SignalEvent {
 }
 
 /// Reads the `signals` ring buffer without allocating.
-pub struct SignalReader {
+pub struct LatencyRing {
     ring: RingBuf<MapData>,
 }
 
-impl SignalReader {
+impl LatencyRing {
     pub fn new(ring: RingBuf<MapData>) -> Self {
-        SignalReader { ring }
+        LatencyRing { ring }
     }
 
     /// Hands every pending signal to `consume`; returns how many there were.
@@ -105,7 +105,7 @@ impl SignalReader {
 }
 
 /// Readable when the kernel forced a wake-up.
-impl AsRawFd for SignalReader {
+impl AsRawFd for LatencyRing {
     fn as_raw_fd(&self) -> RawFd {
         self.ring.as_fd().as_raw_fd()
     }
