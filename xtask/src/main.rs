@@ -106,12 +106,7 @@ fn test() -> Result<()> {
 }
 
 fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Uid:"))
-                .and_then(|ids| ids.split_whitespace().nth(1).map(|euid| euid == "0"))
-        })
-        .unwrap_or(false)
+    procfs::process::Process::myself()
+        .and_then(|p| p.status())
+        .is_ok_and(|s| s.euid == 0)
 }
