@@ -43,10 +43,6 @@ enum Task {
 }
 
 fn main() -> ExitCode {
-    // The smoke run starts this very binary as the agent, so that it needs no build of its own.
-    if bench::agent::invoked_as_agent() {
-        return limiter_user::main();
-    }
     let result = match Cli::parse().task {
         Task::Test(options) if options.kernels.is_empty() => test(),
         Task::Test(options) => vm::test(&options),
