@@ -1,6 +1,7 @@
 //! Rust mirror of `limiter-ebpf/include/limiter_abi.h`, the map ABI shared with the
-//! kernel programs. Field names match the C names; `tests/abi.rs` compiles the header
-//! and checks every size and offset below against it.
+//! kernel programs. Field names match the C names; each family of enumerated `#define`s
+//! (modes, kinds, phases) is one enum, the bit flags stay constants. `tests/abi.rs`
+//! compiles the header and checks every size, offset and value below against it.
 #![no_std]
 
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -19,6 +20,8 @@ impl core::fmt::Display for UnknownValue {
         write!(f, "unknown {} {}", self.kind, self.value)
     }
 }
+
+impl core::error::Error for UnknownValue {}
 
 /// A `#[repr(u32)]` enum for one family of the header's `#define`s: the struct fields stay
 /// `u32` (the kernel may write any value), decoding goes through `TryFrom<u32>`.
