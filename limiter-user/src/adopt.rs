@@ -36,7 +36,7 @@ struct Outbound {
 
 pub fn adopt(
     cgroup: &Cgroup,
-    tables: &mut Maps,
+    maps: &mut Maps,
     sockets: &mut SkStorage<&mut MapData, SockState>,
     default_mode: Mode,
 ) -> Result<usize> {
@@ -46,7 +46,7 @@ pub fn adopt(
         outbound_sockets(pid, &mut seen, &mut found);
     }
     found.retain(|o| {
-        let mode = tables
+        let mode = maps
             .policies
             .get(&o.dest, 0)
             .ok()
@@ -70,7 +70,7 @@ pub fn adopt(
         };
         // More destinations than the table holds: the rest stay untracked, as the kernel
         // would leave them.
-        if let Err(e) = tables.dests.insert(dest, state, 0) {
+        if let Err(e) = maps.dests.insert(dest, state, 0) {
             warn!(destination = %dest.socket_addr(), "existing connections not counted: {e}");
             found.retain(|o| o.dest != dest);
         }

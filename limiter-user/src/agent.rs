@@ -135,7 +135,7 @@ pub fn run(
         // Controllers for what the kernel already knows start from its current limits.
         agent
             .control
-            .adopt(monotonic_ns(), &mut agent.attachment.tables);
+            .adopt(monotonic_ns(), &mut agent.attachment.maps);
         let child = launch.map(|l| l.spawn(&agent.cgroup)).transpose()?;
         agent.serve(rings, unix_signals, source, child).await
     })?;
@@ -247,7 +247,7 @@ impl Agent {
                     self.signals_consumed += latency.get_mut().drain(|ev| consume(control, ev)) as u64;
                     // Refusals are demand the window that closes now did not meet.
                     decisions.get_mut().drain(|dest, ts_ns| control.on_refused(dest, ts_ns));
-                    self.control.update(monotonic_ns(), &mut self.attachment.tables);
+                    self.control.update(monotonic_ns(), &mut self.attachment.maps);
                     decisions.get_mut().summarise(Instant::now());
                     if let Some(status) = child.as_ref().map(Supervised::finished).transpose()?.flatten() {
                         break Some(status);
@@ -257,7 +257,7 @@ impl Agent {
                     if let Some(rings) = self.follow_cgroup() {
                         (decisions, latency) = watch_rings(rings, &self.feed)?;
                     }
-                    self.control.sync(monotonic_ns(), &mut self.attachment.tables);
+                    self.control.sync(monotonic_ns(), &mut self.attachment.maps);
                     let published = self.publish_metrics();
                     self.failures.check("reading the maps for metrics", published);
                 }
@@ -329,22 +329,22 @@ impl Agent {
             .check("attaching to the recreated cgroup", reattached)?;
         self.cgroup_inode = inode;
         self.control
-            .restart(monotonic_ns(), &mut self.attachment.tables);
+            .restart(monotonic_ns(), &mut self.attachment.maps);
         info!("limiter re-attached");
         Some(rings)
     }
 
     fn publish_metrics(&self) -> Result<()> {
         if let Some(metrics) = &self.metrics {
-            let tables = &self.attachment.tables;
+            let maps = &self.attachment.maps;
             metrics.publish(Snapshot {
-                rows: status::rows(tables)?,
-                globals: tables.globals()?,
+                rows: status::rows(maps)?,
+                globals: maps.globals()?,
                 signals: self.signals_consumed,
                 map_failures: self.failures.total() + self.control.map_failures(),
                 forgotten: self.control.forgotten(),
                 changes: self.control.changes(),
-                heartbeat_ns: tables.config()?.heartbeat_ns,
+                heartbeat_ns: maps.config()?.heartbeat_ns,
             });
         }
         Ok(())

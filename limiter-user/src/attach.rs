@@ -74,7 +74,7 @@ pub struct Attachment {
     /// below keep them alive either way.
     _ebpf: Option<Ebpf>,
     links: Links,
-    pub tables: Maps,
+    pub maps: Maps,
     pins: PinDir,
     on_drop: OnDrop,
 }
@@ -106,11 +106,11 @@ impl Attachment {
             .inspect_err(|_| {
                 let _ = pins.remove();
             })
-            .map(|(ebpf, links, tables, rings)| {
+            .map(|(ebpf, links, maps, rings)| {
                 let attachment = Attachment {
                     _ebpf: Some(ebpf),
                     links,
-                    tables,
+                    maps,
                     pins,
                     on_drop: OnDrop::Detach,
                 };
@@ -126,7 +126,7 @@ impl Attachment {
     /// Adopts the programs, links and maps a previous agent left pinned: enforcement never
     /// stopped, and every count and limit carries on.
     pub fn take_over(pins: PinDir, settings: &Settings) -> Result<(Self, Rings)> {
-        let mut tables = Maps::from_pins(&pins)?;
+        let mut maps = Maps::from_pins(&pins)?;
         warn_of_kept_sizes(&pins, settings);
         let ring = |name: &str| -> Result<RingBuf<MapData>> {
             let data = MapData::from_pin(pins.map(name))
@@ -146,11 +146,11 @@ impl Attachment {
             links.push((name, pinned.unpin()?));
         }
         std::fs::remove_dir(pins.links())?;
-        configure(&mut tables, settings)?;
+        configure(&mut maps, settings)?;
         let attachment = Attachment {
             _ebpf: None,
             links,
-            tables,
+            maps,
             pins,
             on_drop: OnDrop::Detach,
         };
@@ -181,14 +181,14 @@ impl Attachment {
 
     /// Tells the kernel the agent is alive; without it, the programs fail open.
     pub fn heartbeat(&mut self) -> Result<()> {
-        let mut config = self.tables.config()?;
+        let mut config = self.maps.config()?;
         config.heartbeat_ns = monotonic_ns();
-        self.tables.set_config(&config)
+        self.maps.set_config(&config)
     }
 
     /// A new configuration for the running programs (reload): see [`configure`].
     pub fn reconfigure(&mut self, settings: &Settings) -> Result<()> {
-        configure(&mut self.tables, settings)
+        configure(&mut self.maps, settings)
     }
 
     pub fn pins(&self) -> &PinDir {
@@ -231,8 +231,8 @@ impl Attachment {
 /// re-attach: global settings and a fresh heartbeat, the policies the configuration fixes,
 /// and the fall-forward peers. A destination the kernel already tracks keeps the limit its
 /// controller published; configured policies the settings no longer have are removed.
-fn configure(tables: &mut Maps, settings: &Settings) -> Result<()> {
-    tables.set_config(&LimiterConfig {
+fn configure(maps: &mut Maps, settings: &Settings) -> Result<()> {
+    maps.set_config(&LimiterConfig {
         abi_version: ABI_VERSION,
         default_mode: settings.default_mode.abi(),
         initial_limit: settings.initial_limit,
@@ -240,22 +240,22 @@ fn configure(tables: &mut Maps, settings: &Settings) -> Result<()> {
         heartbeat_ns: monotonic_ns(),
         heartbeat_timeout_ns: settings.heartbeat_timeout.as_nanos() as u64,
     })?;
-    let live: HashSet<DestKey> = tables.dests.keys().filter_map(|k| k.ok()).collect();
+    let live: HashSet<DestKey> = maps.dests.keys().filter_map(|k| k.ok()).collect();
     let configured: HashSet<DestKey> = settings.policies.iter().map(|(k, _)| *k).collect();
-    let stale: Vec<DestKey> = tables
+    let stale: Vec<DestKey> = maps
         .policies
         .keys()
         .filter_map(|k| k.ok())
         .filter(|k| !configured.contains(k) && !live.contains(k))
         .collect();
     for key in stale {
-        tables.remove_policy(&key)?;
+        maps.remove_policy(&key)?;
     }
     for (key, policy) in &settings.policies {
         let mut policy = *policy;
         if let Some(published) = live
             .contains(key)
-            .then(|| tables.policies.get(key, 0).ok())
+            .then(|| maps.policies.get(key, 0).ok())
             .flatten()
         {
             // What the controller learned stays; mode and grouping are the configuration's.
@@ -263,9 +263,9 @@ fn configure(tables: &mut Maps, settings: &Settings) -> Result<()> {
             policy.baseline_ns = published.baseline_ns;
             policy.p90_ns = published.p90_ns;
         }
-        tables.policies.insert(key, policy, 0)?;
+        maps.policies.insert(key, policy, 0)?;
     }
-    tables.set_peers(&settings.peers)
+    maps.set_peers(&settings.peers)
 }
 
 /// Taking over keeps the previous agent's maps, and with them their sizes.
@@ -299,8 +299,8 @@ fn load_and_attach(
         .override_global("have_set_retval", &u8::from(kernel.has_set_retval), true)
         .load(limiter_ebpf::OBJECT)
         .context("cannot load the eBPF object")?;
-    let mut tables = Maps::from_ebpf(&mut ebpf)?;
-    configure(&mut tables, settings)?;
+    let mut maps = Maps::from_ebpf(&mut ebpf)?;
+    configure(&mut maps, settings)?;
     let mut ring = |name: &str| -> Result<RingBuf<MapData>> {
         let map = ebpf
             .take_map(name)
@@ -328,13 +328,13 @@ fn load_and_attach(
     // moment to count what already exists.
     let mut sockets: SkStorage<&mut MapData, SockState> =
         SkStorage::try_from(ebpf.map_mut(maps::SOCKETS).context("no sockets map")?)?;
-    let adopted = adopt::adopt(cgroup, &mut tables, &mut sockets, settings.default_mode)?;
+    let adopted = adopt::adopt(cgroup, &mut maps, &mut sockets, settings.default_mode)?;
     info!(
         connections = adopted,
         "counted connections that existed before attach"
     );
     attach_all(&CONNECT_HOOKS, &mut ebpf)?;
-    Ok((ebpf, links, tables, rings))
+    Ok((ebpf, links, maps, rings))
 }
 
 /// Room for a policy per tracked destination plus every configured address.

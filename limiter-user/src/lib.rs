@@ -169,8 +169,8 @@ fn status(args: StatusArgs) -> Result<()> {
     if let Some(secs) = args.watch {
         return watch::watch(&dir, std::time::Duration::from_secs(secs));
     }
-    let tables = Maps::from_pins(&dir)?;
-    let report = status::report(&dir, &tables)?;
+    let maps = Maps::from_pins(&dir)?;
+    let report = status::report(&dir, &maps)?;
     let mut out = std::io::stdout().lock();
     if args.json {
         status::print_json(&mut out, &report)?;

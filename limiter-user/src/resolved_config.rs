@@ -14,7 +14,8 @@ use crate::{
 };
 
 /// A configured destination (its addresses are all counted under its key in
-/// `ResolvedConfig::destinations`), or one member of a `[[group]]`, which is a destination of its own.
+/// `ResolvedConfig::destinations`), or one member of a `[[group]]`, which is a destination
+/// of its own.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Destination {
     /// The `[[destination]]`'s or the `[[group]]`'s name.
@@ -25,6 +26,8 @@ pub struct Destination {
     pub peers: Option<DestPeers>,
 }
 
+/// The configuration with its names resolved, as the maps will hold it (called the plan
+/// where it is used).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ResolvedConfig {
     pub default_mode: Mode,
