@@ -1,36 +1,130 @@
 //! Rust mirror of `limiter-ebpf/include/limiter_abi.h`, the map ABI shared with the
-//! kernel programs. Field names match the C names; `tests/abi.rs` compiles the header
-//! and checks every size and offset below against it.
+//! kernel programs. Field names match the C names; each family of enumerated `#define`s
+//! (modes, kinds, phases) is one enum, the bit flags stay constants. `tests/abi.rs`
+//! compiles the header and checks every size, offset and value below against it.
 #![no_std]
 
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 pub const ABI_VERSION: u32 = 6;
 
-pub const MODE_DEFAULT: u32 = 0;
-pub const MODE_OFF: u32 = 1;
-pub const MODE_SHADOW: u32 = 2;
-pub const MODE_PROD: u32 = 3;
+/// A value the kernel wrote that no variant of the named ABI enum has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnknownValue {
+    pub kind: &'static str,
+    pub value: u32,
+}
 
-pub const EVENT_SHED: u32 = 1;
-pub const EVENT_WOULD_SHED: u32 = 2;
-pub const EVENT_REDIRECTED: u32 = 3;
-pub const EVENT_WOULD_REDIRECT: u32 = 4;
+impl core::fmt::Display for UnknownValue {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "unknown {} {}", self.kind, self.value)
+    }
+}
+
+impl core::error::Error for UnknownValue {}
+
+/// A `#[repr(u32)]` enum for one family of the header's `#define`s: the struct fields stay
+/// `u32` (the kernel may write any value), decoding goes through `TryFrom<u32>`.
+macro_rules! abi_enum {
+    ($(#[$doc:meta])* $name:ident { $($(#[$vdoc:meta])* $variant:ident = $value:literal),+ $(,)? }) => {
+        $(#[$doc])*
+        #[repr(u32)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum $name {
+            $($(#[$vdoc])* $variant = $value),+
+        }
+
+        impl $name {
+            pub const ALL: &[$name] = &[$($name::$variant),+];
+        }
+
+        impl From<$name> for u32 {
+            fn from(v: $name) -> u32 {
+                v as u32
+            }
+        }
+
+        impl TryFrom<u32> for $name {
+            type Error = UnknownValue;
+
+            fn try_from(value: u32) -> Result<Self, UnknownValue> {
+                match value {
+                    $($value => Ok($name::$variant),)+
+                    _ => Err(UnknownValue { kind: stringify!($name), value }),
+                }
+            }
+        }
+    };
+}
+
+abi_enum! {
+    /// `dest_policy.mode` and `limiter_config.default_mode` (`LIMITER_MODE_*`).
+    PolicyMode {
+        /// In a per-destination policy: use the global default.
+        Default = 0,
+        Off = 1,
+        Shadow = 2,
+        Prod = 3,
+    }
+}
+
+abi_enum! {
+    /// `limiter_event.kind` (`LIMITER_EVENT_*`): what the kernel decided at a connect.
+    EventKind {
+        Shed = 1,
+        WouldShed = 2,
+        /// Handed to `limiter_event.peer` (fall-forward).
+        Redirected = 3,
+        /// Shadow: `limiter_event.peer` had room.
+        WouldRedirect = 4,
+    }
+}
+
+impl EventKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            EventKind::Shed => "shed",
+            EventKind::WouldShed => "would_shed",
+            EventKind::Redirected => "redirected",
+            EventKind::WouldRedirect => "would_redirect",
+        }
+    }
+
+    /// A connect refused at the limit (or, in shadow, one prod would have refused).
+    pub fn is_refusal(self) -> bool {
+        matches!(self, EventKind::Shed | EventKind::WouldShed)
+    }
+
+    /// The event names a fall-forward peer.
+    pub fn has_peer(self) -> bool {
+        matches!(self, EventKind::Redirected | EventKind::WouldRedirect)
+    }
+}
 
 pub const MAX_PEERS: usize = 7;
 pub const PEERS_ENTRIES: u32 = 4096;
 
-pub const SIGNAL_SAMPLE: u32 = 1;
-pub const SIGNAL_CONNECT_REFUSED: u32 = 2;
-pub const SIGNAL_CONNECT_TIMEOUT: u32 = 3;
-pub const SIGNAL_ERROR: u32 = 4;
-pub const SIGNAL_GAVE_UP: u32 = 5;
-pub const SIGNAL_HANDSHAKE: u32 = 6;
-pub const SIGNAL_HUNG_UP: u32 = 7;
+abi_enum! {
+    /// `limiter_signal.kind` (`LIMITER_SIGNAL_*`): what the kernel observed on a connection.
+    SignalKind {
+        Sample = 1,
+        ConnectRefused = 2,
+        ConnectTimeout = 3,
+        Error = 4,
+        GaveUp = 5,
+        Handshake = 6,
+        HungUp = 7,
+    }
+}
 
-pub const PHASE_IDLE: u32 = 0;
-pub const PHASE_AWAITING: u32 = 1;
-pub const PHASE_RECEIVING: u32 = 2;
+abi_enum! {
+    /// `sock_state.phase` (`LIMITER_PHASE_*`): where a connection is in its request cycle.
+    SockPhase {
+        Idle = 0,
+        Awaiting = 1,
+        Receiving = 2,
+    }
+}
 
 pub const SOCK_RST_SEEN: u32 = 1 << 0;
 pub const SOCK_CONNECT_DONE: u32 = 1 << 1;

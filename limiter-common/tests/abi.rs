@@ -93,32 +93,68 @@ fn layouts() -> Vec<Layout> {
     ]
 }
 
-const CONSTANTS: [(&str, u32); 25] = [
+const CONSTANTS: [(&str, u32); 7] = [
     ("LIMITER_ABI_VERSION", ABI_VERSION),
-    ("LIMITER_MODE_DEFAULT", MODE_DEFAULT),
-    ("LIMITER_MODE_OFF", MODE_OFF),
-    ("LIMITER_MODE_SHADOW", MODE_SHADOW),
-    ("LIMITER_MODE_PROD", MODE_PROD),
-    ("LIMITER_EVENT_SHED", EVENT_SHED),
-    ("LIMITER_EVENT_WOULD_SHED", EVENT_WOULD_SHED),
-    ("LIMITER_EVENT_REDIRECTED", EVENT_REDIRECTED),
-    ("LIMITER_EVENT_WOULD_REDIRECT", EVENT_WOULD_REDIRECT),
     ("LIMITER_MAX_PEERS", MAX_PEERS as u32),
     ("LIMITER_PEERS_ENTRIES", PEERS_ENTRIES),
-    ("LIMITER_SIGNAL_SAMPLE", SIGNAL_SAMPLE),
-    ("LIMITER_SIGNAL_CONNECT_REFUSED", SIGNAL_CONNECT_REFUSED),
-    ("LIMITER_SIGNAL_CONNECT_TIMEOUT", SIGNAL_CONNECT_TIMEOUT),
-    ("LIMITER_SIGNAL_ERROR", SIGNAL_ERROR),
-    ("LIMITER_SIGNAL_GAVE_UP", SIGNAL_GAVE_UP),
-    ("LIMITER_SIGNAL_HANDSHAKE", SIGNAL_HANDSHAKE),
-    ("LIMITER_SIGNAL_HUNG_UP", SIGNAL_HUNG_UP),
-    ("LIMITER_PHASE_IDLE", PHASE_IDLE),
-    ("LIMITER_PHASE_AWAITING", PHASE_AWAITING),
-    ("LIMITER_PHASE_RECEIVING", PHASE_RECEIVING),
     ("LIMITER_SOCK_RST_SEEN", SOCK_RST_SEEN),
     ("LIMITER_SOCK_CONNECT_DONE", SOCK_CONNECT_DONE),
     ("LIMITER_SOCK_SEQ_VALID", SOCK_SEQ_VALID),
     ("LIMITER_SOCK_REDIRECTED", SOCK_REDIRECTED),
+];
+
+/// An enum's variants and their C names, by an exhaustive match: a variant added in Rust
+/// does not compile until its header name is given here. Each must also decode from its
+/// own value.
+macro_rules! mirrored {
+    ($all:ident, $enum:ident { $($variant:ident => $c:literal),+ $(,)? }) => {
+        for &v in $enum::ALL {
+            let name = match v {
+                $($enum::$variant => $c),+
+            };
+            assert_eq!($enum::try_from(u32::from(v)), Ok(v));
+            $all.push((name, u32::from(v)));
+        }
+    };
+}
+
+fn enum_constants() -> Vec<(&'static str, u32)> {
+    let mut all = Vec::new();
+    mirrored!(all, PolicyMode {
+        Default => "LIMITER_MODE_DEFAULT",
+        Off => "LIMITER_MODE_OFF",
+        Shadow => "LIMITER_MODE_SHADOW",
+        Prod => "LIMITER_MODE_PROD",
+    });
+    mirrored!(all, EventKind {
+        Shed => "LIMITER_EVENT_SHED",
+        WouldShed => "LIMITER_EVENT_WOULD_SHED",
+        Redirected => "LIMITER_EVENT_REDIRECTED",
+        WouldRedirect => "LIMITER_EVENT_WOULD_REDIRECT",
+    });
+    mirrored!(all, SignalKind {
+        Sample => "LIMITER_SIGNAL_SAMPLE",
+        ConnectRefused => "LIMITER_SIGNAL_CONNECT_REFUSED",
+        ConnectTimeout => "LIMITER_SIGNAL_CONNECT_TIMEOUT",
+        Error => "LIMITER_SIGNAL_ERROR",
+        GaveUp => "LIMITER_SIGNAL_GAVE_UP",
+        Handshake => "LIMITER_SIGNAL_HANDSHAKE",
+        HungUp => "LIMITER_SIGNAL_HUNG_UP",
+    });
+    mirrored!(all, SockPhase {
+        Idle => "LIMITER_PHASE_IDLE",
+        Awaiting => "LIMITER_PHASE_AWAITING",
+        Receiving => "LIMITER_PHASE_RECEIVING",
+    });
+    all
+}
+
+/// The header families the enums mirror.
+const ENUM_PREFIXES: [&str; 4] = [
+    "LIMITER_MODE_",
+    "LIMITER_EVENT_",
+    "LIMITER_SIGNAL_",
+    "LIMITER_PHASE_",
 ];
 
 /// The C program prints one `name value` line per fact; the expectation lists the same lines.
@@ -136,7 +172,7 @@ fn program_and_expectation() -> (String, String) {
             writeln!(expected, "{s}.{f} {off}").unwrap();
         }
     }
-    for (name, value) in CONSTANTS {
+    for (name, value) in CONSTANTS.into_iter().chain(enum_constants()) {
         writeln!(c, "printf(\"{name} %u\\n\", (unsigned){name});").unwrap();
         writeln!(expected, "{name} {value}").unwrap();
     }
@@ -169,4 +205,33 @@ fn rust_mirror_matches_the_c_header() {
     let output = Command::new(&binary).output().unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
     assert_eq!(String::from_utf8(output.stdout).unwrap(), expected);
+}
+
+#[test]
+fn every_enum_family_in_the_header_has_a_variant_for_each_define() {
+    let header = std::fs::read_to_string(limiter_ebpf::ABI_HEADER).unwrap();
+    let mut defined: Vec<&str> = header
+        .lines()
+        .filter_map(|l| l.strip_prefix("#define "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|name| ENUM_PREFIXES.iter().any(|p| name.starts_with(p)))
+        .collect();
+    let mut mirrored: Vec<&str> = enum_constants().into_iter().map(|(n, _)| n).collect();
+    defined.sort_unstable();
+    mirrored.sort_unstable();
+    assert_eq!(defined, mirrored);
+}
+
+#[test]
+fn values_no_variant_has_do_not_decode() {
+    assert_eq!(
+        SignalKind::try_from(99),
+        Err(UnknownValue {
+            kind: "SignalKind",
+            value: 99
+        })
+    );
+    assert!(EventKind::try_from(0).is_err());
+    assert!(PolicyMode::try_from(4).is_err());
+    assert!(SockPhase::try_from(3).is_err());
 }

@@ -2,10 +2,10 @@
 /*
  * The map ABI between the kernel programs and the agent: the single source of truth.
  *
- * limiter-common mirrors every struct below in Rust; its abi test compiles this header
- * and compares sizes and field offsets. Rules: fixed-width integers only, explicit
- * padding fields (hash keys compare bytes, so padding must be zeroed), no enums in
- * structs. Bump LIMITER_ABI_VERSION whenever a struct changes: the agent refuses to
+ * limiter-common mirrors every struct and constant below in Rust; its abi test compiles
+ * this header and compares sizes, field offsets and values. Rules: fixed-width integers
+ * only, explicit padding fields (hash keys compare bytes, so padding must be zeroed), no
+ * enums in structs. Bump LIMITER_ABI_VERSION whenever a struct changes: the agent refuses to
  * reuse pinned maps of another version.
  */
 #ifndef LIMITER_ABI_H

@@ -18,22 +18,22 @@ use tokio::{
 use tracing::{debug, error, info};
 
 use crate::{
+    attach::{Attachment, Rings, Settings},
     cgroup::Cgroup,
     clock::monotonic_ns,
     config::Config,
     control::ControlLoop,
-    enforcement::{Enforcement, Rings, Settings},
-    events::DecisionLog,
+    decision_log::DecisionLog,
     exec::{Launch, Supervised},
     failures::Failures,
     feed::{self, Feed},
+    latency_ring::{LatencyRing, Signal, SignalEvent},
     lock::AgentLock,
     metrics::{self, Metrics, Snapshot},
     pins::{self, PinDir},
-    plan::Plan,
     preflight::{self, Kernel},
     resolve::{self, Resolved},
-    signals::{Signal, SignalEvent, SignalReader},
+    resolved_config::ResolvedConfig,
     status,
 };
 
@@ -55,7 +55,7 @@ pub struct Options {
     pub keep_attached: bool,
 }
 
-fn settings(config: &Config, plan: &Plan) -> Settings {
+fn settings(config: &Config, plan: &ResolvedConfig) -> Settings {
     Settings {
         default_mode: config.mode,
         initial_limit: plan.initial_limit(),
@@ -91,7 +91,7 @@ pub fn run(
         .context("cannot start the async runtime")?;
     let status = runtime.block_on(async {
         // Handlers first: a SIGTERM that arrives while attaching must still detach.
-        let signals = OsSignals::install()?;
+        let unix_signals = UnixSignals::install()?;
         let metrics = match options.metrics {
             Some(addr) => {
                 let metrics = Metrics::default();
@@ -101,20 +101,20 @@ pub fn run(
             None => None,
         };
         let resolved = resolve::resolve(&config, resolve::TIMEOUT).await;
-        let plan = Plan::build(&config, &resolved, None)?;
+        let plan = ResolvedConfig::build(&config, &resolved, None)?;
         let settings = settings(&config, &plan);
-        let took_over = Enforcement::can_take_over(&pins);
-        let (enforcement, rings) = if took_over {
-            Enforcement::take_over(pins, &settings)?
+        let took_over = Attachment::can_take_over(&pins);
+        let (attachment, rings) = if took_over {
+            Attachment::take_over(pins, &settings)?
         } else {
-            Enforcement::attach(&cgroup, pins, &settings, &kernel)?
+            Attachment::attach(&cgroup, pins, &settings, &kernel)?
         };
         let feed = Feed::default();
-        let _feed_socket = feed::serve(feed::socket_path(enforcement.pins()), feed.clone())?;
+        let _feed_socket = feed::serve(feed::socket_path(attachment.pins()), feed.clone())?;
         info!(
             took_over,
             cgroup = %cgroup.path().display(),
-            pins = %enforcement.pins().path().display(),
+            pins = %attachment.pins().path().display(),
             mode = config.mode.name(),
             algorithm = %config.algorithm,
             "limiter attached"
@@ -123,7 +123,7 @@ pub fn run(
             cgroup_inode: cgroup.inode(),
             cgroup,
             kernel,
-            enforcement,
+            attachment,
             control: ControlLoop::new(plan, forget_idle(&config), feed.clone()),
             feed,
             config,
@@ -135,9 +135,9 @@ pub fn run(
         // Controllers for what the kernel already knows start from its current limits.
         agent
             .control
-            .adopt(monotonic_ns(), &mut agent.enforcement.tables);
+            .adopt(monotonic_ns(), &mut agent.attachment.maps);
         let child = launch.map(|l| l.spawn(&agent.cgroup)).transpose()?;
-        agent.serve(rings, signals, source, child).await
+        agent.serve(rings, unix_signals, source, child).await
     })?;
     info!("limiter detached");
     Ok(status)
@@ -156,15 +156,15 @@ fn heartbeat_interval(config: &Config) -> Interval {
 }
 
 /// SIGTERM and SIGINT end the agent, SIGHUP reloads.
-struct OsSignals {
+struct UnixSignals {
     term: unix::Signal,
     int: unix::Signal,
     hup: unix::Signal,
 }
 
-impl OsSignals {
+impl UnixSignals {
     fn install() -> Result<Self> {
-        Ok(OsSignals {
+        Ok(UnixSignals {
             term: unix::signal(SignalKind::terminate())?,
             int: unix::signal(SignalKind::interrupt())?,
             hup: unix::signal(SignalKind::hangup())?,
@@ -192,7 +192,7 @@ struct Agent {
     /// on restart, and the programs die with the old one.
     cgroup_inode: Option<u64>,
     kernel: Kernel,
-    enforcement: Enforcement,
+    attachment: Attachment,
     control: ControlLoop,
     config: Config,
     metrics: Option<Metrics>,
@@ -207,7 +207,7 @@ impl Agent {
     async fn serve(
         mut self,
         rings: Rings,
-        mut os: OsSignals,
+        mut unix_signals: UnixSignals,
         source: &dyn ConfigSource,
         mut child: Option<Supervised>,
     ) -> Result<Option<ExitStatus>> {
@@ -217,7 +217,7 @@ impl Agent {
         let mut sync = interval(SYNC_EVERY);
         let mut resolve = interval(Duration::from_secs(self.config.resolve_interval_secs));
         resolve.tick().await;
-        let (mut decisions, mut signals) = watch_rings(rings, &self.feed)?;
+        let (mut decisions, mut latency) = watch_rings(rings, &self.feed)?;
         let (resolved_tx, mut resolved_rx) = mpsc::channel::<Resolution>(1);
         // At most one resolution at a time: a resolver that hangs does not pile them up. A
         // reload asked for meanwhile waits for it.
@@ -227,7 +227,7 @@ impl Agent {
         let status = loop {
             tokio::select! {
                 _ = heartbeat.tick() => {
-                    let beat = self.enforcement.heartbeat();
+                    let beat = self.attachment.heartbeat();
                     self.failures.check("writing the heartbeat", beat);
                 }
                 ready = decisions.readable_mut() => {
@@ -236,7 +236,7 @@ impl Agent {
                     guard.get_inner_mut().drain(|dest, ts_ns| control.on_refused(dest, ts_ns));
                     guard.clear_ready();
                 }
-                ready = signals.readable_mut() => {
+                ready = latency.readable_mut() => {
                     let mut guard = ready?;
                     let control = &mut self.control;
                     self.signals_consumed += guard.get_inner_mut().drain(|ev| consume(control, ev)) as u64;
@@ -244,10 +244,10 @@ impl Agent {
                 }
                 _ = update.tick() => {
                     let control = &mut self.control;
-                    self.signals_consumed += signals.get_mut().drain(|ev| consume(control, ev)) as u64;
+                    self.signals_consumed += latency.get_mut().drain(|ev| consume(control, ev)) as u64;
                     // Refusals are demand the window that closes now did not meet.
                     decisions.get_mut().drain(|dest, ts_ns| control.on_refused(dest, ts_ns));
-                    self.control.update(monotonic_ns(), &mut self.enforcement.tables);
+                    self.control.update(monotonic_ns(), &mut self.attachment.maps);
                     decisions.get_mut().summarise(Instant::now());
                     if let Some(status) = child.as_ref().map(Supervised::finished).transpose()?.flatten() {
                         break Some(status);
@@ -255,9 +255,9 @@ impl Agent {
                 }
                 _ = sync.tick() => {
                     if let Some(rings) = self.follow_cgroup() {
-                        (decisions, signals) = watch_rings(rings, &self.feed)?;
+                        (decisions, latency) = watch_rings(rings, &self.feed)?;
                     }
-                    self.control.sync(monotonic_ns(), &mut self.enforcement.tables);
+                    self.control.sync(monotonic_ns(), &mut self.attachment.maps);
                     let published = self.publish_metrics();
                     self.failures.check("reading the maps for metrics", published);
                 }
@@ -269,7 +269,7 @@ impl Agent {
                 }
                 happened = Supervised::next(&mut child) => happened?,
                 // With a CMD, these are read with their origin and passed on instead.
-                _ = os.hup.recv(), if child.is_none() => match source.load() {
+                _ = unix_signals.hup.recv(), if child.is_none() => match source.load() {
                     Ok(config) if !resolving => {
                         resolving = true;
                         spawn_resolution(Why::Reload, config, resolved_tx.clone());
@@ -299,16 +299,16 @@ impl Agent {
                         Err(e) => error!("re-resolving destinations failed, keeping the previous addresses: {e:#}"),
                     }
                 }
-                _ = os.term.recv(), if child.is_none() => break None,
-                _ = os.int.recv(), if child.is_none() => break None,
+                _ = unix_signals.term.recv(), if child.is_none() => break None,
+                _ = unix_signals.int.recv(), if child.is_none() => break None,
             }
         };
         decisions.get_mut().flush();
         if self.keep_attached {
-            self.enforcement.keep_attached();
-            info!(pins = %self.enforcement.pins().path().display(), "leaving the programs attached for the next agent");
+            self.attachment.keep_attached();
+            info!(pins = %self.attachment.pins().path().display(), "leaving the programs attached for the next agent");
         }
-        // Dropping the enforcement detaches the programs and removes the pins, unless kept.
+        // Dropping the attachment detaches the programs and removes the pins, unless kept.
         Ok(status)
     }
 
@@ -322,29 +322,29 @@ impl Agent {
         info!(cgroup = %self.cgroup.path().display(), "the cgroup was recreated: attaching again");
         let settings = settings(&self.config, self.control.plan());
         let reattached = self
-            .enforcement
+            .attachment
             .reattach(&self.cgroup, &settings, &self.kernel);
         let rings = self
             .failures
             .check("attaching to the recreated cgroup", reattached)?;
         self.cgroup_inode = inode;
         self.control
-            .restart(monotonic_ns(), &mut self.enforcement.tables);
+            .restart(monotonic_ns(), &mut self.attachment.maps);
         info!("limiter re-attached");
         Some(rings)
     }
 
     fn publish_metrics(&self) -> Result<()> {
         if let Some(metrics) = &self.metrics {
-            let tables = &self.enforcement.tables;
+            let maps = &self.attachment.maps;
             metrics.publish(Snapshot {
-                rows: status::rows(tables)?,
-                globals: tables.globals()?,
+                rows: status::rows(maps)?,
+                globals: maps.globals()?,
                 signals: self.signals_consumed,
                 map_failures: self.failures.total() + self.control.map_failures(),
                 forgotten: self.control.forgotten(),
                 changes: self.control.changes(),
-                heartbeat_ns: tables.config()?.heartbeat_ns,
+                heartbeat_ns: maps.config()?.heartbeat_ns,
             });
         }
         Ok(())
@@ -353,8 +353,8 @@ impl Agent {
     /// Switches to `config`; on error the previous configuration stays in force.
     fn apply(&mut self, config: Config, resolved: &Resolved) -> Result<()> {
         config.check_reloadable(&self.config)?;
-        let plan = Plan::build(&config, resolved, Some(self.control.plan()))?;
-        self.enforcement.reconfigure(&settings(&config, &plan))?;
+        let plan = ResolvedConfig::build(&config, resolved, Some(self.control.plan()))?;
+        self.attachment.reconfigure(&settings(&config, &plan))?;
         self.control.apply(plan, monotonic_ns());
         self.control.set_forget_idle(forget_idle(&config));
         self.config = config;
@@ -381,10 +381,10 @@ fn consume(control: &mut ControlLoop, ev: SignalEvent) {
     control.on_signal(ev);
 }
 
-fn watch_rings(rings: Rings, feed: &Feed) -> Result<(AsyncFd<DecisionLog>, AsyncFd<SignalReader>)> {
+fn watch_rings(rings: Rings, feed: &Feed) -> Result<(AsyncFd<DecisionLog>, AsyncFd<LatencyRing>)> {
     Ok((
         watch(DecisionLog::new(rings.decisions, feed.clone()))?,
-        watch(SignalReader::new(rings.signals))?,
+        watch(LatencyRing::new(rings.signals))?,
     ))
 }
 
@@ -406,6 +406,7 @@ fn log_signal(ev: &SignalEvent) {
         _ => (0, 0),
     };
     debug!(
+        // The documented filter for the latency signal, wherever the code lives.
         target: "limiter_user::signals",
         kind = ev.signal.name(),
         destination = %ev.dest.socket_addr(),

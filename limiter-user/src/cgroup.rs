@@ -148,12 +148,11 @@ pub fn escape_path(rel: &str) -> String {
 /// The cgroup v2 mount point, read from /proc/mounts (hybrid layouts mount it at
 /// /sys/fs/cgroup/unified, unified ones at /sys/fs/cgroup).
 pub fn mount_point() -> Option<PathBuf> {
-    let mounts = std::fs::read_to_string("/proc/mounts").ok()?;
-    mounts.lines().find_map(|line| {
-        let mut fields = line.split_whitespace();
-        let (_, dir, fstype) = (fields.next()?, fields.next()?, fields.next()?);
-        (fstype == "cgroup2").then(|| PathBuf::from(dir))
-    })
+    procfs::mounts()
+        .ok()?
+        .into_iter()
+        .find(|m| m.fs_vfstype == "cgroup2")
+        .map(|m| PathBuf::from(m.fs_file))
 }
 
 /// The second half of every message about a wrong cgroup path: where cgroup v2 is on this

@@ -3,7 +3,7 @@
 use std::{net::SocketAddr, path::Path};
 
 use anyhow::{bail, Context, Result};
-use limiter_common::{DestKey, MAX_PEERS, MODE_OFF, MODE_PROD, MODE_SHADOW, PEERS_ENTRIES};
+use limiter_common::{DestKey, PolicyMode, MAX_PEERS, PEERS_ENTRIES};
 use limiter_core::{Algorithm, ControlConfig, Limits};
 use serde::{Deserialize, Serialize};
 
@@ -21,19 +21,16 @@ pub enum Mode {
 
 impl Mode {
     pub fn abi(self) -> u32 {
-        match self {
-            Mode::Off => MODE_OFF,
-            Mode::Shadow => MODE_SHADOW,
-            Mode::Prod => MODE_PROD,
-        }
+        PolicyMode::from(self).into()
     }
 
+    /// None for a value no mode has, and for "use the default" (the caller knows which).
     pub fn from_abi(mode: u32) -> Option<Self> {
-        match mode {
-            MODE_OFF => Some(Mode::Off),
-            MODE_SHADOW => Some(Mode::Shadow),
-            MODE_PROD => Some(Mode::Prod),
-            _ => None,
+        match PolicyMode::try_from(mode).ok()? {
+            PolicyMode::Default => None,
+            PolicyMode::Off => Some(Mode::Off),
+            PolicyMode::Shadow => Some(Mode::Shadow),
+            PolicyMode::Prod => Some(Mode::Prod),
         }
     }
 
@@ -42,6 +39,16 @@ impl Mode {
             Mode::Off => "off",
             Mode::Shadow => "shadow",
             Mode::Prod => "prod",
+        }
+    }
+}
+
+impl From<Mode> for PolicyMode {
+    fn from(mode: Mode) -> Self {
+        match mode {
+            Mode::Off => PolicyMode::Off,
+            Mode::Shadow => PolicyMode::Shadow,
+            Mode::Prod => PolicyMode::Prod,
         }
     }
 }

@@ -11,9 +11,9 @@ use tracing::debug;
 use crate::{
     failures::Failures,
     feed::{self, Event, Feed, LimitChange},
-    plan::Plan,
-    signals::{Signal, SignalEvent},
-    tables::Tables,
+    latency_ring::{Signal, SignalEvent},
+    maps::Maps,
+    resolved_config::ResolvedConfig,
 };
 
 struct Managed {
@@ -46,7 +46,7 @@ const WALKS_PER_FORGET_IDLE: u32 = 30;
 /// sample looks its controller up, and SipHash's resistance to chosen keys buys nothing
 /// for keys the kernel reports.
 pub struct ControlLoop {
-    plan: Plan,
+    plan: ResolvedConfig,
     managed: HashMap<DestKey, Managed>,
     /// The controllers the update tick visits: those with something to decide. A quiet one
     /// (no traffic for a while) costs its memory only, until a signal wakes it.
@@ -61,7 +61,7 @@ pub struct ControlLoop {
 }
 
 impl ControlLoop {
-    pub fn new(plan: Plan, forget_idle: Duration, feed: Feed) -> Self {
+    pub fn new(plan: ResolvedConfig, forget_idle: Duration, feed: Feed) -> Self {
         ControlLoop {
             plan,
             managed: HashMap::default(),
@@ -153,7 +153,7 @@ impl ControlLoop {
     /// The update tick: every awake controller decides, changed policies go to the kernel,
     /// and controllers gone quiet are left alone until their next signal. A write that
     /// fails is counted and tried again on the next tick.
-    pub fn update(&mut self, now_ns: u64, tables: &mut Tables) {
+    pub fn update(&mut self, now_ns: u64, maps: &mut Maps) {
         let mut quiet = Vec::new();
         for key in &self.awake {
             let Some(m) = self.managed.get_mut(key) else {
@@ -171,7 +171,7 @@ impl ControlLoop {
                 policy.limit = limit;
                 policy.baseline_ns = baseline_ns;
                 policy.p90_ns = p90_ns;
-                let written = tables.policies.insert(key, policy, 0);
+                let written = maps.policies.insert(key, policy, 0);
                 if self.failures.check("writing a limit", written).is_none() {
                     continue; // stays awake: written on the next tick
                 }
@@ -217,10 +217,10 @@ impl ControlLoop {
     /// Takes over what a previous agent left: destinations with a limit in the kernel get a
     /// controller that starts from it. Any other destination gets its controller from its
     /// first signal: until then the kernel's initial limit is all it needs.
-    pub fn adopt(&mut self, now_ns: u64, tables: &mut Tables) {
+    pub fn adopt(&mut self, now_ns: u64, maps: &mut Maps) {
         let Some(rows) = self
             .failures
-            .check("reading the destinations", tables.destinations())
+            .check("reading the destinations", maps.destinations())
         else {
             return;
         };
@@ -235,7 +235,7 @@ impl ControlLoop {
     /// kernel's table, they lose their controller and policy (unless the configuration
     /// fixes it). Only the agent removes entries, so a destination holding slots is never
     /// forgotten. Walks the table only every `forget_idle / WALKS_PER_FORGET_IDLE`.
-    pub fn sync(&mut self, now_ns: u64, tables: &mut Tables) {
+    pub fn sync(&mut self, now_ns: u64, maps: &mut Maps) {
         let every_ns = (self.forget_idle / WALKS_PER_FORGET_IDLE).as_nanos() as u64;
         if self
             .walked_ns
@@ -245,7 +245,7 @@ impl ControlLoop {
         }
         let Some(entries) = self
             .failures
-            .check("reading the destinations", tables.dest_entries())
+            .check("reading the destinations", maps.dest_entries())
         else {
             return;
         };
@@ -255,7 +255,7 @@ impl ControlLoop {
             if state.inflight > 0 || idle_ns < self.forget_idle.as_nanos() as u64 {
                 continue;
             }
-            let removed = tables.dests.remove(&key);
+            let removed = maps.dests.remove(&key);
             if self
                 .failures
                 .check("forgetting an idle destination", removed)
@@ -267,7 +267,7 @@ impl ControlLoop {
             self.managed.remove(&key);
             self.awake.remove(&key);
             if !self.plan.members.contains_key(&key) {
-                let removed = tables.remove_policy(&key);
+                let removed = maps.remove_policy(&key);
                 self.failures.check("removing a forgotten policy", removed);
             }
         }
@@ -276,7 +276,7 @@ impl ControlLoop {
     /// Switches to a new plan (reload, re-resolution) without losing what was learned:
     /// a controller is rebuilt only if its configuration changed. The kernel side of the
     /// plan is written by the caller, through the one configuration path.
-    pub fn apply(&mut self, plan: Plan, now_ns: u64) {
+    pub fn apply(&mut self, plan: ResolvedConfig, now_ns: u64) {
         for (key, m) in &mut self.managed {
             let config = *plan.control_for(key);
             if config != m.config {
@@ -292,12 +292,12 @@ impl ControlLoop {
         self.plan = plan;
     }
 
-    /// After a re-attach: the kernel's tables are new, and so are the controllers.
-    pub fn restart(&mut self, now_ns: u64, tables: &mut Tables) {
+    /// After a re-attach: the kernel's maps are new, and so are the controllers.
+    pub fn restart(&mut self, now_ns: u64, maps: &mut Maps) {
         self.managed.clear();
         self.awake.clear();
         self.walked_ns = None;
-        self.adopt(now_ns, tables);
+        self.adopt(now_ns, maps);
     }
 
     /// How long a destination with nothing in flight stays known after its last connection.
@@ -315,7 +315,7 @@ impl ControlLoop {
         self.forgotten
     }
 
-    pub fn plan(&self) -> &Plan {
+    pub fn plan(&self) -> &ResolvedConfig {
         &self.plan
     }
 }

@@ -265,7 +265,10 @@ impl Drop for TransientCgroup {
 pub fn main(args: ExecArgs) -> ExitCode {
     // CMD's output is what the user runs it for: of the agent's own lines, only problems
     // and the refusal summaries, unless RUST_LOG asks for more.
-    logging::init(args.agent.log_format, "warn,limiter_user::events=info");
+    logging::init(
+        args.agent.log_format,
+        "warn,limiter_user::decision_log=info",
+    );
     match exec(args) {
         Ok(status) => ExitCode::from(exit_code(status)),
         Err(e) => {

@@ -12,9 +12,7 @@ use std::{
 };
 
 use anyhow::{Context, Result};
-use limiter_common::{
-    LimiterEvent, EVENT_REDIRECTED, EVENT_SHED, EVENT_WOULD_REDIRECT, EVENT_WOULD_SHED,
-};
+use limiter_common::{EventKind, LimiterEvent};
 use serde::{Deserialize, Serialize};
 use tokio::{
     io::AsyncWriteExt,
@@ -80,24 +78,22 @@ pub struct LimitChange {
 }
 
 impl Event {
-    pub fn decision(ev: &LimiterEvent) -> Option<Event> {
+    pub fn decision(kind: EventKind, ev: &LimiterEvent) -> Event {
         let decision = Decision {
             at_ms: now_ms(),
             destination: ev.dest.socket_addr().to_string(),
-            peer: matches!(ev.kind, EVENT_REDIRECTED | EVENT_WOULD_REDIRECT)
-                .then(|| ev.peer.socket_addr().to_string()),
+            peer: kind.has_peer().then(|| ev.peer.socket_addr().to_string()),
             limit: ev.limit,
             inflight: ev.inflight,
             pid: ev.pid,
             comm: ev.comm().to_string(),
         };
-        Some(match ev.kind {
-            EVENT_SHED => Event::Shed(decision),
-            EVENT_WOULD_SHED => Event::WouldShed(decision),
-            EVENT_REDIRECTED => Event::Redirected(decision),
-            EVENT_WOULD_REDIRECT => Event::WouldRedirect(decision),
-            _ => return None,
-        })
+        match kind {
+            EventKind::Shed => Event::Shed(decision),
+            EventKind::WouldShed => Event::WouldShed(decision),
+            EventKind::Redirected => Event::Redirected(decision),
+            EventKind::WouldRedirect => Event::WouldRedirect(decision),
+        }
     }
 }
 

@@ -3,32 +3,32 @@
 //! The binary is `src/main.rs`; the library lets the integration tests build the very same
 //! agent into their own binary.
 
+mod adopt;
 mod agent;
+mod attach;
 mod batch;
 mod cgroup;
 mod cli;
 mod clock;
 mod config;
 mod control;
+mod decision_log;
 #[cfg(test)]
 mod dist_tests;
-mod enforcement;
-mod events;
 mod exec;
 mod failures;
 mod feed;
 mod follow;
+mod latency_ring;
 mod lock;
 mod logging;
+mod maps;
 mod metrics;
 mod pins;
-mod plan;
 mod preflight;
 mod resolve;
-mod seed;
-mod signals;
+mod resolved_config;
 mod status;
-mod tables;
 mod watch;
 
 use std::{path::PathBuf, process::ExitCode};
@@ -41,8 +41,8 @@ use crate::{
     cli::{AgentArgs, Cli, Command, DetachArgs, RunArgs, StatusArgs},
     config::Config,
     lock::AgentLock,
+    maps::Maps,
     pins::PinDir,
-    tables::Tables,
 };
 
 /// The command line's definition, for the generated completions and man pages.
@@ -169,8 +169,8 @@ fn status(args: StatusArgs) -> Result<()> {
     if let Some(secs) = args.watch {
         return watch::watch(&dir, std::time::Duration::from_secs(secs));
     }
-    let tables = Tables::from_pins(&dir)?;
-    let report = status::report(&dir, &tables)?;
+    let maps = Maps::from_pins(&dir)?;
+    let report = status::report(&dir, &maps)?;
     let mut out = std::io::stdout().lock();
     if args.json {
         status::print_json(&mut out, &report)?;

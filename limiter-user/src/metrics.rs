@@ -21,7 +21,7 @@ use prometheus_client::{
 use tokio::net::TcpListener;
 use tracing::warn;
 
-use crate::{clock::monotonic_ns, config::Mode, control::Changes, status::Row, tables::Globals};
+use crate::{clock::monotonic_ns, config::Mode, control::Changes, maps::Globals, status::Row};
 
 /// What the last refresh saw.
 #[derive(Debug, Default)]

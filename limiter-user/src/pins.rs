@@ -19,8 +19,8 @@ use nix::{
 };
 
 use crate::{
+    attach::programs,
     cgroup::{escape_path, Cgroup},
-    enforcement::programs,
 };
 
 pub const BPFFS: &str = "/sys/fs/bpf";

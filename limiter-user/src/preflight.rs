@@ -59,12 +59,7 @@ fn kernel_features(version: KernelVersion) -> Result<Kernel> {
 
 /// Root, or the capabilities the systemd unit grants.
 pub fn check_privileges() -> Result<()> {
-    let status = std::fs::read_to_string("/proc/self/status")?;
-    let caps = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
-        .unwrap_or(0);
+    let caps = procfs::process::Process::myself()?.status()?.capeff;
     let has = |cap: u32| caps & (1u64 << cap) != 0;
     if (has(CAP_BPF) || has(CAP_SYS_ADMIN)) && has(CAP_NET_ADMIN) && has(CAP_SYS_PTRACE) {
         return Ok(());

@@ -11,8 +11,8 @@ use crate::{
     clock::monotonic_ns,
     config::Mode,
     lock::AgentLock,
+    maps::{Globals, Maps},
     pins::PinDir,
-    tables::{Globals, Tables},
 };
 
 /// Everything `status` shows; the field names are the documented JSON interface.
@@ -45,17 +45,17 @@ impl AgentState {
     }
 }
 
-/// The report of the pin directory `dir`, whose maps are `tables`.
-pub fn report(dir: &PinDir, tables: &Tables) -> Result<Report> {
+/// The report of the pin directory `dir`, read through `maps`.
+pub fn report(dir: &PinDir, maps: &Maps) -> Result<Report> {
     Ok(Report {
-        agent: agent_state(dir, tables)?,
-        globals: tables.globals()?,
-        destinations: rows(tables)?,
+        agent: agent_state(dir, maps)?,
+        globals: maps.globals()?,
+        destinations: rows(maps)?,
     })
 }
 
-pub fn agent_state(dir: &PinDir, tables: &Tables) -> Result<AgentState> {
-    let config = tables.config()?;
+pub fn agent_state(dir: &PinDir, maps: &Maps) -> Result<AgentState> {
+    let config = maps.config()?;
     let pid = AgentLock::holder(&dir.lock_name());
     let age_ns = monotonic_ns().saturating_sub(config.heartbeat_ns);
     Ok(AgentState {
@@ -121,11 +121,11 @@ pub struct Row {
     pub p90_ms: Option<f64>,
 }
 
-pub fn rows(tables: &Tables) -> Result<Vec<Row>> {
-    let config = tables.config()?;
+pub fn rows(maps: &Maps) -> Result<Vec<Row>> {
+    let config = maps.config()?;
     let default_mode = Mode::from_abi(config.default_mode).unwrap_or(Mode::Off);
     let ms = |ns: u64| (ns > 0).then(|| ns as f64 / 1e6);
-    Ok(tables
+    Ok(maps
         .destinations()?
         .into_iter()
         .map(|(key, state, policy)| {

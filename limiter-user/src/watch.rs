@@ -6,9 +6,9 @@ use std::{collections::HashMap, io::Write, time::Duration};
 use anyhow::Result;
 
 use crate::{
+    maps::Maps,
     pins::PinDir,
     status::{self, Row},
-    tables::Tables,
 };
 
 type Key = (String, u16);
@@ -17,8 +17,8 @@ pub fn watch(pins: &PinDir, every: Duration) -> Result<()> {
     let terminal = std::io::IsTerminal::is_terminal(&std::io::stdout());
     let mut previous: HashMap<Key, u64> = HashMap::new();
     loop {
-        let tables = Tables::from_pins(pins)?;
-        let mut report = status::report(pins, &tables)?;
+        let maps = Maps::from_pins(pins)?;
+        let mut report = status::report(pins, &maps)?;
         report.destinations = busiest_first(report.destinations, &previous);
         previous = report
             .destinations

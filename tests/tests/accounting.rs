@@ -60,7 +60,7 @@ fn a_killed_process_gives_its_slots_back() {
 
 #[kernel_test]
 fn connections_open_before_attach_are_counted() {
-    let cg = TestCgroup::new("seed");
+    let cg = TestCgroup::new("adopt");
     let up = Upstream::start("127.0.0.1:0", Behaviour::Hold);
     let (before, lines) = Probe::hold(&cg, up.addr, 3);
     assert_eq!(tally(&lines), (3, 0, 0));
@@ -87,7 +87,7 @@ fn connections_open_before_attach_are_counted() {
 fn inbound_connections_are_not_counted_as_outbound() {
     let cg = TestCgroup::new("inbound");
     // The probe in the cgroup listens (its own netns upstream) and accepts: the accepted
-    // sockets are inbound and must not be seeded; only its outbound connects count.
+    // sockets are inbound and must not be adopted; only its outbound connects count.
     let mut probe = Probe::spawn(
         &cg,
         &[

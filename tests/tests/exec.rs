@@ -229,8 +229,10 @@ fn it_waits_for_everything_cmd_started() {
     let orphan: i32 = run.line().parse().unwrap();
     let exec_pid = run.child.id();
     wait_until("CMD to be gone", || {
-        std::fs::read_to_string(format!("/proc/{exec_pid}/task/{exec_pid}/children"))
-            .is_ok_and(|c| c.trim().is_empty())
+        procfs::process::Process::new(exec_pid as i32)
+            .and_then(|p| p.task_main_thread())
+            .and_then(|t| t.children())
+            .is_ok_and(|c| c.is_empty())
     });
     assert_eq!(
         run.child.try_wait().unwrap(),

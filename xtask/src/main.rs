@@ -43,10 +43,6 @@ enum Task {
 }
 
 fn main() -> ExitCode {
-    // The smoke run starts this very binary as the agent, so that it needs no build of its own.
-    if bench::agent::invoked_as_agent() {
-        return limiter_user::main();
-    }
     let result = match Cli::parse().task {
         Task::Test(options) if options.kernels.is_empty() => test(),
         Task::Test(options) => vm::test(&options),
@@ -106,12 +102,7 @@ fn test() -> Result<()> {
 }
 
 fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Uid:"))
-                .and_then(|ids| ids.split_whitespace().nth(1).map(|euid| euid == "0"))
-        })
-        .unwrap_or(false)
+    procfs::process::Process::myself()
+        .and_then(|p| p.status())
+        .is_ok_and(|s| s.euid == 0)
 }

@@ -430,13 +430,9 @@ mod netns {
 
     /// TCP ActiveOpens of this namespace: one per SYN-sending connect.
     pub fn active_opens() -> u64 {
-        let snmp = std::fs::read_to_string("/proc/self/net/snmp").unwrap();
-        let mut tcp = snmp.lines().filter(|l| l.starts_with("Tcp:"));
-        let (names, values) = (tcp.next().unwrap(), tcp.next().unwrap());
-        let idx = names
-            .split_whitespace()
-            .position(|n| n == "ActiveOpens")
-            .unwrap();
-        values.split_whitespace().nth(idx).unwrap().parse().unwrap()
+        procfs::process::Process::myself()
+            .and_then(|p| p.snmp())
+            .unwrap()
+            .tcp_active_opens
     }
 }

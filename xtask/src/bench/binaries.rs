@@ -1,10 +1,12 @@
-//! The programs under measurement: built in release for the real run.
+//! The programs under measurement: the agent as cargo builds it, in debug for the smoke
+//! run and in release for the real one.
 
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 
 use super::agent::AgentBinary;
+use crate::artifacts::{self, Executable};
 
 pub struct Binaries {
     pub agent: AgentBinary,
@@ -13,17 +15,19 @@ pub struct Binaries {
 }
 
 impl Binaries {
-    /// This debug build plays every part: quick, and no figure of the smoke run counts.
-    pub fn this_program() -> Result<Self> {
+    /// The debug agent (built now, quick when up to date), and this debug build as the load
+    /// generators: no figure of the smoke run counts.
+    pub fn debug() -> Result<Self> {
+        let built = artifacts::build(&["build", "--package", "limiter-user"])?;
         Ok(Binaries {
-            agent: AgentBinary::ThisProgram,
+            agent: AgentBinary(find(&built, "limiter-user")?),
             client: std::env::current_exe()?,
         })
     }
 
     /// The agent as users build it, and the load generators optimised the same way.
     pub fn release() -> Result<Self> {
-        let built = crate::artifacts::build(&[
+        let built = artifacts::build(&[
             "build",
             "--release",
             "--package",
@@ -31,16 +35,17 @@ impl Binaries {
             "--package",
             "xtask",
         ])?;
-        let find = |name: &str| {
-            built
-                .iter()
-                .find(|e| e.name == name && !e.test)
-                .map(|e| e.path.clone())
-                .with_context(|| format!("cargo built no {name} binary"))
-        };
         Ok(Binaries {
-            agent: AgentBinary::Built(find("limiter-user")?),
-            client: find("xtask")?,
+            agent: AgentBinary(find(&built, "limiter-user")?),
+            client: find(&built, "xtask")?,
         })
     }
+}
+
+fn find(built: &[Executable], name: &str) -> Result<PathBuf> {
+    built
+        .iter()
+        .find(|e| e.name == name && !e.test)
+        .map(|e| e.path.clone())
+        .with_context(|| format!("cargo built no {name} binary"))
 }

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use procfs::{CpuInfo, Current, CurrentSI, KernelStats, Meminfo};
 
 pub struct Machine {
     pub date: String,
@@ -19,19 +20,18 @@ pub struct Machine {
 
 impl Machine {
     pub fn describe() -> Result<Self> {
-        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo")?;
-        let meminfo = std::fs::read_to_string("/proc/meminfo")?;
         Ok(Machine {
             date: command_line("date", &["-u", "+%Y-%m-%d %H:%M UTC"])?,
             commit: commit(),
             cpus: std::thread::available_parallelism()?.get(),
-            cpu_model: field(&cpuinfo, "model name")
+            cpu_model: CpuInfo::current()?
+                .model_name(0)
                 .unwrap_or("unknown")
                 .to_string(),
-            memory: field(&meminfo, "MemTotal")
-                .and_then(|v| v.strip_suffix(" kB")?.trim().parse::<f64>().ok())
-                .map(|kib| format!("{:.0} GiB", kib / (1024.0 * 1024.0)))
-                .unwrap_or_else(|| "unknown".into()),
+            memory: format!(
+                "{:.0} GiB",
+                Meminfo::current()?.mem_total as f64 / (1024.0 * 1024.0 * 1024.0)
+            ),
             kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")?
                 .trim()
                 .to_string(),
@@ -39,14 +39,6 @@ impl Machine {
             idle_after: None,
         })
     }
-}
-
-/// `name: value` lines, as in /proc/cpuinfo and /proc/meminfo.
-fn field<'a>(text: &'a str, name: &str) -> Option<&'a str> {
-    text.lines().find_map(|l| {
-        let (k, v) = l.split_once(':')?;
-        (k.trim() == name).then(|| v.trim())
-    })
 }
 
 /// The commit measured, and whether the checkout differs from it.
@@ -84,17 +76,15 @@ fn commit() -> String {
 /// Share of CPU time spent idle over a second, every CPU together (/proc/stat).
 pub fn idle_percent() -> Result<f64> {
     let sample = || -> Result<(u64, u64)> {
-        let stat = std::fs::read_to_string("/proc/stat")?;
-        let cpu = stat.lines().next().context("empty /proc/stat")?;
-        let ticks: Vec<u64> = cpu
-            .split_whitespace()
-            .skip(1)
-            .take(8) // user .. steal; guest time is already in user
-            .filter_map(|t| t.parse().ok())
-            .collect();
-        // user nice system idle iowait ...: idle and iowait are time nothing ran.
-        let idle = ticks.get(3).copied().unwrap_or(0) + ticks.get(4).copied().unwrap_or(0);
-        Ok((idle, ticks.iter().sum()))
+        let t = KernelStats::current()?.total;
+        let [iowait, irq, softirq, steal] =
+            [t.iowait, t.irq, t.softirq, t.steal].map(|v| v.unwrap_or(0));
+        // Idle and iowait are time nothing ran; guest time is already in user.
+        let idle = t.idle + iowait;
+        Ok((
+            idle,
+            t.user + t.nice + t.system + idle + irq + softirq + steal,
+        ))
     };
     let (idle0, total0) = sample()?;
     std::thread::sleep(Duration::from_secs(1));

@@ -100,7 +100,7 @@ pub fn run(options: Options) -> Result<()> {
     )?;
     let (scale, bins) = if options.smoke {
         println!("smoke run: one short iteration of each part; its figures mean nothing");
-        (&Scale::SMOKE, Binaries::this_program()?)
+        (&Scale::SMOKE, Binaries::debug()?)
     } else {
         (&Scale::FULL, Binaries::release()?)
     };

@@ -10,6 +10,7 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 use limiter_integration_tests::TestCgroup;
+use procfs::process::Process;
 use serde::Deserialize;
 
 use crate::client;
@@ -142,32 +143,20 @@ impl Drop for Running {
 
 /// CPU time (user and system, every thread) a process has used so far.
 pub fn cpu_time(pid: i32) -> Result<Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let ticks = cpu_ticks(&stat).context("unexpected /proc/PID/stat")?;
-    // SAFETY: sysconf has no preconditions.
-    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    Ok(Duration::from_secs_f64(ticks as f64 / per_second))
-}
-
-/// utime + stime from a /proc/PID/stat line (fields 14 and 15; the command name before
-/// them is in parentheses and may hold spaces).
-fn cpu_ticks(stat: &str) -> Option<u64> {
-    let after_name = &stat[stat.rfind(')')? + 1..];
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    let field = |n: usize| fields.get(n - 3)?.parse::<u64>().ok();
-    Some(field(14)? + field(15)?)
+    let stat = Process::new(pid)?.stat()?;
+    let ticks = stat.utime + stat.stime;
+    Ok(Duration::from_secs_f64(
+        ticks as f64 / procfs::ticks_per_second() as f64,
+    ))
 }
 
 /// Resident memory now, in bytes.
 pub fn resident_bytes(pid: i32) -> Result<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().strip_suffix("kB"))
-        .and_then(|kib| kib.trim().parse::<u64>().ok())
-        .map(|kib| kib * 1024)
-        .context("no VmRSS in /proc/PID/status")
+    let kib = Process::new(pid)?
+        .status()?
+        .vmrss
+        .context("no VmRSS in /proc/PID/status")?;
+    Ok(kib * 1024)
 }
 
 pub fn installed(program: &str) -> bool {
@@ -178,12 +167,6 @@ pub fn installed(program: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cpu_ticks_skip_a_command_name_with_spaces_and_parentheses() {
-        let stat = "42 (a b) c) S 1 42 42 0 -1 4194560 100 0 0 0 7 5 0 0 20 0 1 0 99 0 0";
-        assert_eq!(cpu_ticks(stat), Some(12));
-    }
 
     #[test]
     fn resident_memory_of_this_process_is_known() {

@@ -1,47 +1,39 @@
 //! Connections held to the upstream, counted from the kernel's socket table whether or not
 //! a limiter is there to count them.
 
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{SocketAddr, SocketAddrV4};
 
 use anyhow::{Context, Result};
+use procfs::net::{TcpNetEntry, TcpState};
 
 /// TCP states of a connection that holds the upstream's attention or a slot: connecting,
 /// established, and closed by the peer but not yet by us.
-const HELD_STATES: [&str; 3] = ["02", "01", "08"];
+const HELD_STATES: [TcpState; 3] = [
+    TcpState::SynSent,
+    TcpState::Established,
+    TcpState::CloseWait,
+];
 
 /// Connections from this network namespace to `to` right now.
 pub fn held(to: SocketAddrV4) -> Result<usize> {
-    let table = std::fs::read_to_string("/proc/net/tcp").context("cannot read /proc/net/tcp")?;
+    let table = procfs::net::tcp().context("cannot read /proc/net/tcp")?;
     Ok(count(&table, to))
 }
 
-/// Rows of /proc/net/tcp (`sl local rem st ...`) whose remote end is `to` and whose state
-/// is held. Addresses are the 32-bit word as stored, printed in hex; ports are plain hex.
-fn count(table: &str, to: SocketAddrV4) -> usize {
+/// The rows whose remote end is `to` and whose state is held.
+fn count(table: &[TcpNetEntry], to: SocketAddrV4) -> usize {
     table
-        .lines()
-        .skip(1)
-        .filter(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let (Some(remote), Some(state)) = (fields.get(2), fields.get(3)) else {
-                return false;
-            };
-            HELD_STATES.contains(state) && parse(remote) == Some(to)
-        })
+        .iter()
+        .filter(|e| HELD_STATES.contains(&e.state) && e.remote_address == SocketAddr::V4(to))
         .count()
-}
-
-fn parse(hex: &str) -> Option<SocketAddrV4> {
-    let (addr, port) = hex.split_once(':')?;
-    let word = u32::from_str_radix(addr, 16).ok()?;
-    Some(SocketAddrV4::new(
-        Ipv4Addr::from(word.to_ne_bytes()),
-        u16::from_str_radix(port, 16).ok()?,
-    ))
 }
 
 #[cfg(test)]
 mod tests {
+    use std::net::Ipv4Addr;
+
+    use procfs::{net::TcpNetEntries, FromBufReadSI};
+
     use super::*;
 
     #[test]
@@ -62,7 +54,10 @@ mod tests {
             row("01", "0100007F:1F90"),
         ]
         .join("\n");
-        assert_eq!(count(&table, to), 3);
+        let rows = TcpNetEntries::from_buf_read(table.as_bytes(), procfs::current_system_info())
+            .unwrap()
+            .0;
+        assert_eq!(count(&rows, to), 3);
     }
 
     #[test]

@@ -96,7 +96,7 @@ pub fn run(options: Options) -> Result<()> {
     let (rig_phases, pg_phases) = options.phases();
     let bins = if options.smoke {
         println!("smoke run: one short iteration of every run; its figures mean nothing");
-        Binaries::this_program()?
+        Binaries::debug()?
     } else {
         Binaries::release()?
     };

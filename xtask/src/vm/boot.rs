@@ -12,6 +12,7 @@ use std::{
 };
 
 use anyhow::{bail, Context, Result};
+use procfs::{CpuInfo, Current};
 
 /// How the guest is started.
 pub struct Guest<'a> {
@@ -145,10 +146,11 @@ const SYSTEMD_ARGS: &str = "\"SYSTEMD_PROC_CMDLINE=systemd.unit=basic.target \
 /// one, as in some cloud guests) cannot run a stock kernel, so software emulation it is.
 fn hardware_virtualisation() -> bool {
     Path::new("/dev/kvm").exists()
-        && std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|info| {
-            info.lines()
-                .filter(|l| l.starts_with("flags"))
-                .any(|l| l.split_whitespace().any(|f| f == "vmx" || f == "svm"))
+        && CpuInfo::current().is_ok_and(|info| {
+            (0..info.num_cores()).any(|cpu| {
+                info.flags(cpu)
+                    .is_some_and(|flags| flags.iter().any(|&f| f == "vmx" || f == "svm"))
+            })
         })
 }
 

@@ -15,8 +15,8 @@ use limiter_common::{maps, DestKey, DestPeers, DestPolicy, LimiterConfig, SockSt
 use tracing::{info, warn};
 
 use crate::{
-    cgroup::Cgroup, clock::monotonic_ns, config::Mode, pins::PinDir, preflight::Kernel, seed,
-    tables::Tables,
+    adopt, cgroup::Cgroup, clock::monotonic_ns, config::Mode, maps::Maps, pins::PinDir,
+    preflight::Kernel,
 };
 
 /// Pending ring-buffer bytes at which the kernel wakes the agent (once per crossing, and
@@ -68,18 +68,18 @@ pub fn programs() -> impl Iterator<Item = &'static str> {
 type Links = Vec<(&'static str, FdLink)>;
 
 /// The programs attached to one cgroup. Dropping it detaches them and removes the pins,
-/// unless [`Enforcement::keep_attached`] was called.
-pub struct Enforcement {
+/// unless [`Attachment::keep_attached`] was called.
+pub struct Attachment {
     /// The programs we loaded (none after taking over from a previous agent); the links
     /// below keep them alive either way.
     _ebpf: Option<Ebpf>,
     links: Links,
-    pub tables: Tables,
+    pub maps: Maps,
     pins: PinDir,
     on_drop: OnDrop,
 }
 
-/// What dropping an [`Enforcement`] does.
+/// What dropping an [`Attachment`] does.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum OnDrop {
     /// Detach the programs and remove the pins.
@@ -90,7 +90,7 @@ enum OnDrop {
     Forget,
 }
 
-impl Enforcement {
+impl Attachment {
     /// Attaches to `cgroup`, or leaves nothing behind.
     pub fn attach(
         cgroup: &Cgroup,
@@ -106,15 +106,15 @@ impl Enforcement {
             .inspect_err(|_| {
                 let _ = pins.remove();
             })
-            .map(|(ebpf, links, tables, rings)| {
-                let enforcement = Enforcement {
+            .map(|(ebpf, links, maps, rings)| {
+                let attachment = Attachment {
                     _ebpf: Some(ebpf),
                     links,
-                    tables,
+                    maps,
                     pins,
                     on_drop: OnDrop::Detach,
                 };
-                (enforcement, rings)
+                (attachment, rings)
             })
     }
 
@@ -126,7 +126,7 @@ impl Enforcement {
     /// Adopts the programs, links and maps a previous agent left pinned: enforcement never
     /// stopped, and every count and limit carries on.
     pub fn take_over(pins: PinDir, settings: &Settings) -> Result<(Self, Rings)> {
-        let mut tables = Tables::from_pins(&pins)?;
+        let mut maps = Maps::from_pins(&pins)?;
         warn_of_kept_sizes(&pins, settings);
         let ring = |name: &str| -> Result<RingBuf<MapData>> {
             let data = MapData::from_pin(pins.map(name))
@@ -146,15 +146,15 @@ impl Enforcement {
             links.push((name, pinned.unpin()?));
         }
         std::fs::remove_dir(pins.links())?;
-        configure(&mut tables, settings)?;
-        let enforcement = Enforcement {
+        configure(&mut maps, settings)?;
+        let attachment = Attachment {
             _ebpf: None,
             links,
-            tables,
+            maps,
             pins,
             on_drop: OnDrop::Detach,
         };
-        Ok((enforcement, rings))
+        Ok((attachment, rings))
     }
 
     /// Attaches afresh to a cgroup that was recreated: the old links died with the old
@@ -166,7 +166,7 @@ impl Enforcement {
         kernel: &Kernel,
     ) -> Result<Rings> {
         self.links.clear();
-        let (fresh, rings) = Enforcement::attach(cgroup, self.pins.clone(), settings, kernel)?;
+        let (fresh, rings) = Attachment::attach(cgroup, self.pins.clone(), settings, kernel)?;
         // The pin directory is the successor's now.
         std::mem::replace(self, fresh).on_drop = OnDrop::Forget;
         Ok(rings)
@@ -181,14 +181,14 @@ impl Enforcement {
 
     /// Tells the kernel the agent is alive; without it, the programs fail open.
     pub fn heartbeat(&mut self) -> Result<()> {
-        let mut config = self.tables.config()?;
+        let mut config = self.maps.config()?;
         config.heartbeat_ns = monotonic_ns();
-        self.tables.set_config(&config)
+        self.maps.set_config(&config)
     }
 
     /// A new configuration for the running programs (reload): see [`configure`].
     pub fn reconfigure(&mut self, settings: &Settings) -> Result<()> {
-        configure(&mut self.tables, settings)
+        configure(&mut self.maps, settings)
     }
 
     pub fn pins(&self) -> &PinDir {
@@ -196,7 +196,7 @@ impl Enforcement {
     }
 }
 
-impl Drop for Enforcement {
+impl Drop for Attachment {
     fn drop(&mut self) {
         match self.on_drop {
             OnDrop::KeepAttached => {
@@ -216,7 +216,7 @@ impl Drop for Enforcement {
     }
 }
 
-impl Enforcement {
+impl Attachment {
     fn pin_links(&mut self) -> Result<()> {
         std::fs::create_dir_all(self.pins.links())?;
         for (name, link) in self.links.drain(..) {
@@ -231,8 +231,8 @@ impl Enforcement {
 /// re-attach: global settings and a fresh heartbeat, the policies the configuration fixes,
 /// and the fall-forward peers. A destination the kernel already tracks keeps the limit its
 /// controller published; configured policies the settings no longer have are removed.
-fn configure(tables: &mut Tables, settings: &Settings) -> Result<()> {
-    tables.set_config(&LimiterConfig {
+fn configure(maps: &mut Maps, settings: &Settings) -> Result<()> {
+    maps.set_config(&LimiterConfig {
         abi_version: ABI_VERSION,
         default_mode: settings.default_mode.abi(),
         initial_limit: settings.initial_limit,
@@ -240,22 +240,22 @@ fn configure(tables: &mut Tables, settings: &Settings) -> Result<()> {
         heartbeat_ns: monotonic_ns(),
         heartbeat_timeout_ns: settings.heartbeat_timeout.as_nanos() as u64,
     })?;
-    let live: HashSet<DestKey> = tables.dests.keys().filter_map(|k| k.ok()).collect();
+    let live: HashSet<DestKey> = maps.dests.keys().filter_map(|k| k.ok()).collect();
     let configured: HashSet<DestKey> = settings.policies.iter().map(|(k, _)| *k).collect();
-    let stale: Vec<DestKey> = tables
+    let stale: Vec<DestKey> = maps
         .policies
         .keys()
         .filter_map(|k| k.ok())
         .filter(|k| !configured.contains(k) && !live.contains(k))
         .collect();
     for key in stale {
-        tables.remove_policy(&key)?;
+        maps.remove_policy(&key)?;
     }
     for (key, policy) in &settings.policies {
         let mut policy = *policy;
         if let Some(published) = live
             .contains(key)
-            .then(|| tables.policies.get(key, 0).ok())
+            .then(|| maps.policies.get(key, 0).ok())
             .flatten()
         {
             // What the controller learned stays; mode and grouping are the configuration's.
@@ -263,9 +263,9 @@ fn configure(tables: &mut Tables, settings: &Settings) -> Result<()> {
             policy.baseline_ns = published.baseline_ns;
             policy.p90_ns = published.p90_ns;
         }
-        tables.policies.insert(key, policy, 0)?;
+        maps.policies.insert(key, policy, 0)?;
     }
-    tables.set_peers(&settings.peers)
+    maps.set_peers(&settings.peers)
 }
 
 /// Taking over keeps the previous agent's maps, and with them their sizes.
@@ -290,7 +290,7 @@ fn load_and_attach(
     pins: &PinDir,
     settings: &Settings,
     kernel: &Kernel,
-) -> Result<(Ebpf, Links, Tables, Rings)> {
+) -> Result<(Ebpf, Links, Maps, Rings)> {
     let mut ebpf = EbpfLoader::new()
         .default_map_pin_directory(pins.path())
         .map_max_entries(maps::DESTS, settings.max_destinations)
@@ -299,8 +299,8 @@ fn load_and_attach(
         .override_global("have_set_retval", &u8::from(kernel.has_set_retval), true)
         .load(limiter_ebpf::OBJECT)
         .context("cannot load the eBPF object")?;
-    let mut tables = Tables::from_ebpf(&mut ebpf)?;
-    configure(&mut tables, settings)?;
+    let mut maps = Maps::from_ebpf(&mut ebpf)?;
+    configure(&mut maps, settings)?;
     let mut ring = |name: &str| -> Result<RingBuf<MapData>> {
         let map = ebpf
             .take_map(name)
@@ -328,13 +328,13 @@ fn load_and_attach(
     // moment to count what already exists.
     let mut sockets: SkStorage<&mut MapData, SockState> =
         SkStorage::try_from(ebpf.map_mut(maps::SOCKETS).context("no sockets map")?)?;
-    let seeded = seed::seed(cgroup, &mut tables, &mut sockets, settings.default_mode)?;
+    let adopted = adopt::adopt(cgroup, &mut maps, &mut sockets, settings.default_mode)?;
     info!(
-        connections = seeded,
+        connections = adopted,
         "counted connections that existed before attach"
     );
     attach_all(&CONNECT_HOOKS, &mut ebpf)?;
-    Ok((ebpf, links, tables, rings))
+    Ok((ebpf, links, maps, rings))
 }
 
 /// Room for a policy per tracked destination plus every configured address.

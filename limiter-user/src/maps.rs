@@ -8,7 +8,7 @@ use limiter_common::{
 
 use crate::{batch, pins::PinDir};
 
-pub struct Tables {
+pub struct Maps {
     pub dests: HashMap<MapData, DestKey, DestState>,
     pub policies: HashMap<MapData, DestKey, DestPolicy>,
     pub peers: HashMap<MapData, DestKey, DestPeers>,
@@ -31,7 +31,7 @@ pub struct Globals {
     pub destinations: u64,
 }
 
-impl Tables {
+impl Maps {
     pub fn from_pins(dir: &PinDir) -> Result<Self> {
         let open = |name: &str| -> Result<Map> {
             let path = dir.map(name);
@@ -52,7 +52,7 @@ impl Tables {
                 dir.path().display()
             );
         }
-        Ok(Tables {
+        Ok(Maps {
             dests: HashMap::try_from(open(maps::DESTS)?)?,
             policies: HashMap::try_from(open(maps::POLICIES)?)?,
             peers: HashMap::try_from(open(maps::PEERS)?)?,
@@ -66,7 +66,7 @@ impl Tables {
             ebpf.take_map(name)
                 .with_context(|| format!("the eBPF object has no map `{name}`"))
         };
-        Ok(Tables {
+        Ok(Maps {
             dests: HashMap::try_from(take(maps::DESTS)?)?,
             policies: HashMap::try_from(take(maps::POLICIES)?)?,
             peers: HashMap::try_from(take(maps::PEERS)?)?,

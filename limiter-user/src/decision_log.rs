@@ -8,9 +8,7 @@ use std::{
 };
 
 use aya::maps::{MapData, RingBuf};
-use limiter_common::{
-    DestKey, LimiterEvent, EVENT_REDIRECTED, EVENT_SHED, EVENT_WOULD_REDIRECT, EVENT_WOULD_SHED,
-};
+use limiter_common::{DestKey, EventKind, LimiterEvent};
 use tracing::{debug, info};
 
 use crate::feed::{Event, Feed};
@@ -27,7 +25,7 @@ struct Tally {
 /// Decisions folded per destination and kind until the next summary.
 pub struct DecisionLog {
     ring: RingBuf<MapData>,
-    tallies: BTreeMap<(DestKey, u32), Tally>,
+    tallies: BTreeMap<(DestKey, EventKind), Tally>,
     last_summary: Instant,
     feed: Feed,
 }
@@ -51,25 +49,32 @@ impl DecisionLog {
             }
             // SAFETY: the kernel wrote a whole LimiterEvent; the ring gives no alignment.
             let ev: LimiterEvent = unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) };
-            if matches!(ev.kind, EVENT_SHED | EVENT_WOULD_SHED) {
+            let Ok(kind) = EventKind::try_from(ev.kind) else {
+                continue;
+            };
+            if kind.is_refusal() {
                 refused(ev.dest, ev.ts_ns);
             }
-            self.feed.publish(|| Event::decision(&ev));
-            Self::record(&mut self.tallies, ev);
+            self.feed.publish(|| Some(Event::decision(kind, &ev)));
+            Self::record(&mut self.tallies, kind, ev);
         }
     }
 
-    fn record(tallies: &mut BTreeMap<(DestKey, u32), Tally>, ev: LimiterEvent) {
+    fn record(
+        tallies: &mut BTreeMap<(DestKey, EventKind), Tally>,
+        kind: EventKind,
+        ev: LimiterEvent,
+    ) {
         debug!(
-            decision = kind_name(ev.kind),
+            decision = kind.name(),
             destination = %ev.dest.socket_addr(),
-            peer = peer(&ev).unwrap_or_default(),
+            peer = peer(kind, &ev).unwrap_or_default(),
             pid = ev.pid,
             comm = ev.comm(),
             limit = ev.limit,
             inflight = ev.inflight,
         );
-        let tally = tallies.entry((ev.dest, ev.kind)).or_default();
+        let tally = tallies.entry((ev.dest, kind)).or_default();
         tally.count += 1;
         tally.last = ev;
     }
@@ -92,12 +97,12 @@ impl DecisionLog {
 
     fn write_summary(&mut self) {
         for ((dest, kind), tally) in std::mem::take(&mut self.tallies) {
-            let to_peer = peer(&tally.last)
+            let to_peer = peer(kind, &tally.last)
                 .map(|p| format!(", last to peer {p}"))
                 .unwrap_or_default();
             info!(
                 "{} {} connect(s) to {} at limit {} (last by {}[{}]{to_peer})",
-                kind_name(kind),
+                kind.name(),
                 tally.count,
                 dest.socket_addr(),
                 tally.last.limit,
@@ -115,18 +120,7 @@ impl AsRawFd for DecisionLog {
     }
 }
 
-fn kind_name(kind: u32) -> &'static str {
-    match kind {
-        EVENT_SHED => "shed",
-        EVENT_WOULD_SHED => "would_shed",
-        EVENT_REDIRECTED => "redirected",
-        EVENT_WOULD_REDIRECT => "would_redirect",
-        _ => "unknown",
-    }
-}
-
 /// The fall-forward target of a (would-be) redirect.
-fn peer(ev: &LimiterEvent) -> Option<String> {
-    matches!(ev.kind, EVENT_REDIRECTED | EVENT_WOULD_REDIRECT)
-        .then(|| ev.peer.socket_addr().to_string())
+fn peer(kind: EventKind, ev: &LimiterEvent) -> Option<String> {
+    kind.has_peer().then(|| ev.peer.socket_addr().to_string())
 }

@@ -3,10 +3,7 @@
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 
 use aya::maps::{MapData, RingBuf};
-use limiter_common::{
-    DestKey, LimiterSignal, SIGNAL_CONNECT_REFUSED, SIGNAL_CONNECT_TIMEOUT, SIGNAL_ERROR,
-    SIGNAL_GAVE_UP, SIGNAL_HANDSHAKE, SIGNAL_HUNG_UP, SIGNAL_SAMPLE,
-};
+use limiter_common::{DestKey, LimiterSignal, SignalKind};
 
 /// What the kernel observed on one connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,24 +43,23 @@ impl Signal {
     }
 
     fn decode(raw: &LimiterSignal) -> Option<Self> {
-        Some(match raw.kind {
-            SIGNAL_SAMPLE => Signal::Sample {
+        Some(match SignalKind::try_from(raw.kind).ok()? {
+            SignalKind::Sample => Signal::Sample {
                 latency_ns: raw.value_ns,
                 inflight: raw.inflight,
             },
-            SIGNAL_CONNECT_REFUSED => Signal::ConnectRefused,
-            SIGNAL_CONNECT_TIMEOUT => Signal::ConnectTimeout,
-            SIGNAL_ERROR => Signal::Error,
-            SIGNAL_HUNG_UP => Signal::HungUp {
+            SignalKind::ConnectRefused => Signal::ConnectRefused,
+            SignalKind::ConnectTimeout => Signal::ConnectTimeout,
+            SignalKind::Error => Signal::Error,
+            SignalKind::HungUp => Signal::HungUp {
                 waited_ns: raw.value_ns,
             },
-            SIGNAL_GAVE_UP => Signal::GaveUp {
+            SignalKind::GaveUp => Signal::GaveUp {
                 waited_ns: raw.value_ns,
             },
-            SIGNAL_HANDSHAKE => Signal::Handshake {
+            SignalKind::Handshake => Signal::Handshake {
                 rtt_ns: raw.value_ns,
             },
-            _ => return None,
         })
     }
 }
@@ -77,13 +73,13 @@ pub struct SignalEvent {
 }
 
 /// Reads the `signals` ring buffer without allocating.
-pub struct SignalReader {
+pub struct LatencyRing {
     ring: RingBuf<MapData>,
 }
 
-impl SignalReader {
+impl LatencyRing {
     pub fn new(ring: RingBuf<MapData>) -> Self {
-        SignalReader { ring }
+        LatencyRing { ring }
     }
 
     /// Hands every pending signal to `consume`; returns how many there were.
@@ -109,7 +105,7 @@ impl SignalReader {
 }
 
 /// Readable when the kernel forced a wake-up.
-impl AsRawFd for SignalReader {
+impl AsRawFd for LatencyRing {
     fn as_raw_fd(&self) -> RawFd {
         self.ring.as_fd().as_raw_fd()
     }
@@ -121,40 +117,47 @@ mod tests {
 
     #[test]
     fn every_kernel_kind_decodes() {
-        let raw = |kind, value_ns| LimiterSignal {
-            kind,
+        let raw = |kind: SignalKind, value_ns| LimiterSignal {
+            kind: kind.into(),
             value_ns,
             inflight: 3,
             ..Default::default()
         };
         assert_eq!(
-            Signal::decode(&raw(SIGNAL_SAMPLE, 7)),
+            Signal::decode(&raw(SignalKind::Sample, 7)),
             Some(Signal::Sample {
                 latency_ns: 7,
                 inflight: 3
             })
         );
         assert_eq!(
-            Signal::decode(&raw(SIGNAL_CONNECT_REFUSED, 0)),
+            Signal::decode(&raw(SignalKind::ConnectRefused, 0)),
             Some(Signal::ConnectRefused)
         );
         assert_eq!(
-            Signal::decode(&raw(SIGNAL_CONNECT_TIMEOUT, 0)),
+            Signal::decode(&raw(SignalKind::ConnectTimeout, 0)),
             Some(Signal::ConnectTimeout)
         );
-        assert_eq!(Signal::decode(&raw(SIGNAL_ERROR, 0)), Some(Signal::Error));
         assert_eq!(
-            Signal::decode(&raw(SIGNAL_HUNG_UP, 13)),
+            Signal::decode(&raw(SignalKind::Error, 0)),
+            Some(Signal::Error)
+        );
+        assert_eq!(
+            Signal::decode(&raw(SignalKind::HungUp, 13)),
             Some(Signal::HungUp { waited_ns: 13 })
         );
         assert_eq!(
-            Signal::decode(&raw(SIGNAL_GAVE_UP, 11)),
+            Signal::decode(&raw(SignalKind::GaveUp, 11)),
             Some(Signal::GaveUp { waited_ns: 11 })
         );
         assert_eq!(
-            Signal::decode(&raw(SIGNAL_HANDSHAKE, 9)),
+            Signal::decode(&raw(SignalKind::Handshake, 9)),
             Some(Signal::Handshake { rtt_ns: 9 })
         );
-        assert_eq!(Signal::decode(&raw(99, 0)), None);
+        let unknown = LimiterSignal {
+            kind: 99,
+            ..Default::default()
+        };
+        assert_eq!(Signal::decode(&unknown), None);
     }
 }

@@ -14,7 +14,8 @@ use crate::{
 };
 
 /// A configured destination (its addresses are all counted under its key in
-/// `Plan::destinations`), or one member of a `[[group]]`, which is a destination of its own.
+/// `ResolvedConfig::destinations`), or one member of a `[[group]]`, which is a destination
+/// of its own.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Destination {
     /// The `[[destination]]`'s or the `[[group]]`'s name.
@@ -25,8 +26,10 @@ pub struct Destination {
     pub peers: Option<DestPeers>,
 }
 
+/// The configuration with its names resolved, as the maps will hold it (called the plan
+/// where it is used).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Plan {
+pub struct ResolvedConfig {
     pub default_mode: Mode,
     /// The controller of learned destinations.
     pub control: ControlConfig,
@@ -38,13 +41,17 @@ pub struct Plan {
     pub excluded: Vec<DestKey>,
 }
 
-impl Plan {
+impl ResolvedConfig {
     /// What the configuration means, with `resolved` giving the addresses of its `host`
     /// destinations. A destination keeps the key it had in `previous`, so that re-resolving
     /// a host never moves its in-flight count, and the addresses it had there when its host
     /// did not resolve this time.
-    pub fn build(config: &Config, resolved: &Resolved, previous: Option<&Plan>) -> Result<Plan> {
-        let mut plan = Plan {
+    pub fn build(
+        config: &Config,
+        resolved: &Resolved,
+        previous: Option<&ResolvedConfig>,
+    ) -> Result<ResolvedConfig> {
+        let mut plan = ResolvedConfig {
             default_mode: config.mode,
             control: config.control(),
             destinations: BTreeMap::new(),
@@ -212,7 +219,7 @@ addresses = ["127.0.0.53:53"]
 
     #[test]
     fn members_share_the_first_address_as_key() {
-        let plan = Plan::build(&config(TWO_ADDRESSES), &Resolved::new(), None).unwrap();
+        let plan = ResolvedConfig::build(&config(TWO_ADDRESSES), &Resolved::new(), None).unwrap();
         let key = DestKey::new("10.0.0.7:443".parse().unwrap());
         let other = DestKey::new("10.0.0.8:443".parse().unwrap());
         assert_eq!(plan.members[&other], key);
@@ -226,9 +233,9 @@ addresses = ["127.0.0.53:53"]
 
     #[test]
     fn a_destination_keeps_its_key_when_its_addresses_change() {
-        let before = Plan::build(&config(TWO_ADDRESSES), &Resolved::new(), None).unwrap();
+        let before = ResolvedConfig::build(&config(TWO_ADDRESSES), &Resolved::new(), None).unwrap();
         let moved = config(&TWO_ADDRESSES.replace("10.0.0.7:443", "10.0.0.9:443"));
-        let after = Plan::build(&moved, &Resolved::new(), Some(&before)).unwrap();
+        let after = ResolvedConfig::build(&moved, &Resolved::new(), Some(&before)).unwrap();
         let key = DestKey::new("10.0.0.7:443".parse().unwrap());
         assert!(after.destinations.contains_key(&key));
         assert_eq!(
@@ -239,7 +246,7 @@ addresses = ["127.0.0.53:53"]
 
     #[test]
     fn learned_destinations_use_the_global_controller() {
-        let plan = Plan::build(
+        let plan = ResolvedConfig::build(
             &config("algorithm = \"fixed\"\nlimit = 9\n"),
             &Resolved::new(),
             None,
@@ -267,7 +274,7 @@ limit = 2
 
     #[test]
     fn each_member_is_a_destination_with_its_own_limit_and_peers() {
-        let plan = Plan::build(&config(REPLICAS), &Resolved::new(), None).unwrap();
+        let plan = ResolvedConfig::build(&config(REPLICAS), &Resolved::new(), None).unwrap();
         let members = ["127.0.0.1:8001", "127.0.0.1:8002", "127.0.0.1:8003"].map(key);
         let policies: BTreeMap<_, _> = plan.static_policies().into_iter().collect();
         for m in members {
@@ -295,7 +302,7 @@ limit = 2
         let resolved = Resolved::from([("local".into(), vec!["127.0.0.1:8002".parse().unwrap()])]);
         let err = format!(
             "{:#}",
-            Plan::build(&config(&text), &resolved, None).unwrap_err()
+            ResolvedConfig::build(&config(&text), &resolved, None).unwrap_err()
         );
         assert!(
             err.contains("127.0.0.1:8002, a member of group `inference`"),

@@ -16,9 +16,13 @@ use anyhow::Result;
 use aya::maps::{MapData, SkStorage};
 use limiter_common::{DestKey, DestState, SockState, SOCK_CONNECT_DONE};
 use nix::sys::socket::{getpeername, getsockname, SockaddrStorage};
+use procfs::{
+    net::TcpState,
+    process::{FDTarget, Process},
+};
 use tracing::{debug, warn};
 
-use crate::{cgroup::Cgroup, clock::monotonic_ns, config::Mode, tables::Tables};
+use crate::{cgroup::Cgroup, clock::monotonic_ns, config::Mode, maps::Maps};
 
 /// BPF_NOEXIST: a socket admitted concurrently already has its state.
 const NOEXIST: u64 = 1;
@@ -30,9 +34,9 @@ struct Outbound {
     dest: DestKey,
 }
 
-pub fn seed(
+pub fn adopt(
     cgroup: &Cgroup,
-    tables: &mut Tables,
+    maps: &mut Maps,
     sockets: &mut SkStorage<&mut MapData, SockState>,
     default_mode: Mode,
 ) -> Result<usize> {
@@ -42,7 +46,7 @@ pub fn seed(
         outbound_sockets(pid, &mut seen, &mut found);
     }
     found.retain(|o| {
-        let mode = tables
+        let mode = maps
             .policies
             .get(&o.dest, 0)
             .ok()
@@ -66,7 +70,7 @@ pub fn seed(
         };
         // More destinations than the table holds: the rest stay untracked, as the kernel
         // would leave them.
-        if let Err(e) = tables.dests.insert(dest, state, 0) {
+        if let Err(e) = maps.dests.insert(dest, state, 0) {
             warn!(destination = %dest.socket_addr(), "existing connections not counted: {e}");
             found.retain(|o| o.dest != dest);
         }
@@ -88,27 +92,24 @@ pub fn seed(
 /// The outbound TCP connections held by `pid` that no earlier process shared with it.
 fn outbound_sockets(pid: i32, seen: &mut HashSet<u64>, out: &mut Vec<Outbound>) {
     // The process may exit at any point: whatever is gone is simply not counted.
-    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+    let Ok(process) = Process::new(pid) else {
+        return;
+    };
+    let Ok(fds) = process.fd() else {
         return;
     };
     let Some(pidfd) = pidfd_open(pid) else {
         return;
     };
-    let listening = listening_ports(pid);
-    for entry in fds.flatten() {
-        let Ok(target) = std::fs::read_link(entry.path()) else {
-            continue;
-        };
-        let Some(inode) = socket_inode(&target.to_string_lossy()) else {
-            continue;
-        };
-        let Ok(fd_num) = entry.file_name().to_string_lossy().parse::<i32>() else {
+    let listening = listening_ports(&process);
+    for info in fds.flatten() {
+        let FDTarget::Socket(inode) = info.target else {
             continue;
         };
         if !seen.insert(inode) {
             continue;
         }
-        let Some(fd) = pidfd_getfd(&pidfd, fd_num) else {
+        let Some(fd) = pidfd_getfd(&pidfd, info.fd) else {
             continue;
         };
         if let Some(dest) = outbound_destination(&fd, &listening) {
@@ -176,39 +177,14 @@ fn raw_sockopt<T: Copy>(fd: &OwnedFd, level: i32, name: i32, mut value: T) -> Op
 }
 
 /// Local ports in LISTEN state in the process's network namespace.
-fn listening_ports(pid: i32) -> HashSet<u16> {
-    let mut ports = HashSet::new();
-    for table in ["tcp", "tcp6"] {
-        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")) else {
-            continue;
-        };
-        for line in text.lines().skip(1) {
-            let mut fields = line.split_whitespace();
-            let (Some(local), Some(_remote), Some(state)) =
-                (fields.nth(1), fields.next(), fields.next())
-            else {
-                continue;
-            };
-            if state != "0A" {
-                continue;
-            }
-            if let Some(port) = local
-                .rsplit(':')
-                .next()
-                .and_then(|p| u16::from_str_radix(p, 16).ok())
-            {
-                ports.insert(port);
-            }
-        }
-    }
-    ports
-}
-
-fn socket_inode(link: &str) -> Option<u64> {
-    link.strip_prefix("socket:[")?
-        .strip_suffix(']')?
-        .parse()
-        .ok()
+fn listening_ports(process: &Process) -> HashSet<u16> {
+    [process.tcp(), process.tcp6()]
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|entry| entry.state == TcpState::Listen)
+        .map(|entry| entry.local_address.port())
+        .collect()
 }
 
 fn pidfd_open(pid: i32) -> Option<OwnedFd> {
@@ -228,16 +204,4 @@ fn pidfd_getfd(pidfd: &OwnedFd, fd: i32) -> Option<OwnedFd> {
         )
     };
     (dup >= 0).then(|| unsafe { OwnedFd::from_raw_fd(dup as i32) })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn socket_links_parse() {
-        assert_eq!(socket_inode("socket:[12345]"), Some(12345));
-        assert_eq!(socket_inode("pipe:[12345]"), None);
-        assert_eq!(socket_inode("/dev/null"), None);
-    }
 }
