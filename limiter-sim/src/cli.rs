@@ -27,9 +27,9 @@ pub struct SimulateArgs {
         value_parser = PossibleValuesParser::new(scenarios::ALL.iter().map(|s| s.name)),
     )]
     pub scenario: Option<String>,
-    /// vegas, gradient2, aimd, gateway, fixed, or external:CMD (an algorithm in another
-    /// process, speaking the line protocol of docs/simulation.md).
-    #[arg(long, value_name = "A", default_value = "vegas")]
+    /// A built-in algorithm, or external:CMD (an algorithm in another process, speaking the
+    /// line protocol of docs/simulation.md).
+    #[arg(long, value_name = "A", default_value_t = AlgorithmChoice::default())]
     pub algorithm: AlgorithmChoice,
     /// Seed of the run: the same seed gives the same run.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_SEED)]

@@ -4,7 +4,7 @@ use std::{net::SocketAddr, path::Path};
 
 use anyhow::{bail, Context, Result};
 use limiter_common::{DestKey, MAX_PEERS, MODE_OFF, MODE_PROD, MODE_SHADOW, PEERS_ENTRIES};
-use limiter_core::{Algorithm, ControlConfig, Limits};
+use limiter_core::{algorithms::Fixed, Algorithm, ControlConfig, Limits};
 use serde::{Deserialize, Serialize};
 
 /// What the limiter does with a destination.
@@ -52,7 +52,7 @@ impl Mode {
 pub struct Config {
     #[serde(default = "default_mode")]
     pub mode: Mode,
-    #[serde(default = "default_algorithm")]
+    #[serde(default)]
     pub algorithm: Algorithm,
     #[serde(default)]
     pub limits: Limits,
@@ -166,9 +166,6 @@ pub struct ExcludeConfig {
 
 fn default_mode() -> Mode {
     Mode::Prod
-}
-fn default_algorithm() -> Algorithm {
-    Algorithm::Vegas
 }
 fn default_heartbeat_timeout() -> u64 {
     10
@@ -356,7 +353,7 @@ impl Config {
         ControlConfig {
             algorithm: self.algorithm,
             limits: self.limits,
-            fixed_limit: self.limit,
+            fixed: Fixed { limit: self.limit },
             ..ControlConfig::default()
         }
     }
@@ -367,7 +364,9 @@ impl Config {
         ControlConfig {
             algorithm: o.algorithm.unwrap_or(self.algorithm),
             limits: self.override_limits(o),
-            fixed_limit: o.limit.or(self.limit),
+            fixed: Fixed {
+                limit: o.limit.or(self.limit),
+            },
             ..ControlConfig::default()
         }
     }
