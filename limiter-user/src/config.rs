@@ -4,7 +4,7 @@ use std::{net::SocketAddr, path::Path};
 
 use anyhow::{bail, Context, Result};
 use limiter_common::{DestKey, MAX_PEERS, MODE_OFF, MODE_PROD, MODE_SHADOW, PEERS_ENTRIES};
-use limiter_core::{algorithms::Fixed, Algorithm, ControlConfig, Limits};
+use limiter_core::{Algorithm, ControlConfig, Limits};
 use serde::{Deserialize, Serialize};
 
 /// What the limiter does with a destination.
@@ -353,7 +353,7 @@ impl Config {
         ControlConfig {
             algorithm: self.algorithm,
             limits: self.limits,
-            fixed: Fixed { limit: self.limit },
+            fixed: limiter_core::algorithms::Fixed { limit: self.limit },
             ..ControlConfig::default()
         }
     }
@@ -364,7 +364,7 @@ impl Config {
         ControlConfig {
             algorithm: o.algorithm.unwrap_or(self.algorithm),
             limits: self.override_limits(o),
-            fixed: Fixed {
+            fixed: limiter_core::algorithms::Fixed {
                 limit: o.limit.or(self.limit),
             },
             ..ControlConfig::default()
