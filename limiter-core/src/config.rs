@@ -7,14 +7,15 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::algorithms::{AnyAlgorithm, Fixed, Gateway, Gradient2, LimitAlgorithm};
+
 const NANOS_PER_SEC: u64 = 1_000_000_000;
 
-/// The control algorithm behind a destination's limit.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+/// The control algorithm behind a destination's limit, by name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(into = "&'static str", try_from = "String")]
 pub enum Algorithm {
     /// Queue estimation against the no-load latency (default).
-    #[default]
     Vegas,
     /// Latency gradient with sqrt headroom, added only when the gradient is healthy.
     Gradient2,
@@ -36,7 +37,11 @@ impl Algorithm {
         Algorithm::Fixed,
     ];
 
-    /// The lowercase name used on the command line and in configuration files.
+    /// The algorithm used where none is chosen.
+    pub const DEFAULT: Algorithm = Algorithm::Vegas;
+
+    /// The lowercase name used on the command line, in configuration files and by serde:
+    /// the one place the names are spelt.
     pub const fn name(self) -> &'static str {
         match self {
             Algorithm::Vegas => "vegas",
@@ -46,6 +51,17 @@ impl Algorithm {
             Algorithm::Fixed => "fixed",
         }
     }
+
+    /// Every name, comma-separated, for help and error messages.
+    pub fn names() -> String {
+        Self::ALL.map(Algorithm::name).join(", ")
+    }
+}
+
+impl Default for Algorithm {
+    fn default() -> Self {
+        Algorithm::DEFAULT
+    }
 }
 
 impl fmt::Display for Algorithm {
@@ -54,9 +70,15 @@ impl fmt::Display for Algorithm {
     }
 }
 
+impl From<Algorithm> for &'static str {
+    fn from(a: Algorithm) -> Self {
+        a.name()
+    }
+}
+
 /// An algorithm name that is not one of [`Algorithm::ALL`].
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("unknown algorithm {0:?} (expected one of vegas, gradient2, aimd, gateway, fixed)")]
+#[error("unknown algorithm {0:?} (expected one of {names})", names = Algorithm::names())]
 pub struct UnknownAlgorithm(pub String);
 
 impl FromStr for Algorithm {
@@ -67,6 +89,14 @@ impl FromStr for Algorithm {
             .into_iter()
             .find(|a| a.name() == s)
             .ok_or_else(|| UnknownAlgorithm(s.to_owned()))
+    }
+}
+
+impl TryFrom<String> for Algorithm {
+    type Error = UnknownAlgorithm;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
     }
 }
 
@@ -142,14 +172,15 @@ impl Default for Pipeline {
 pub struct ControlConfig {
     /// Which algorithm turns the pipeline's verdicts into a limit.
     pub algorithm: Algorithm,
-    /// Bounds of the adaptive limit (ignored by `fixed`, see [`ControlConfig::effective_limits`]).
+    /// Bounds of the adaptive limit; the algorithm may narrow them
+    /// ([`ControlConfig::effective_limits`]).
     pub limits: Limits,
-    /// The cap for [`Algorithm::Fixed`]; `limits.initial` when absent.
-    pub fixed_limit: Option<u32>,
-    /// Smoothing of the limit itself (Gradient2, gateway).
-    pub limit_smoothing: f64,
-    /// How much slower than the baseline still counts as healthy (Gradient2, gateway).
-    pub tolerance: f64,
+    /// The parameters of [`Algorithm::Gradient2`].
+    pub gradient2: Gradient2,
+    /// The parameters of [`Algorithm::Gateway`].
+    pub gateway: Gateway,
+    /// The parameters of [`Algorithm::Fixed`].
+    pub fixed: Fixed,
     /// The aggregation pipeline.
     pub pipeline: Pipeline,
 }
@@ -163,32 +194,20 @@ impl ControlConfig {
         }
     }
 
-    /// The bounds actually enforced: `fixed` pins min, initial and max to its cap, so a fixed
-    /// limit below the adaptive minimum (a pool of 2) is honoured.
+    /// The bounds actually enforced: the configured ones as the algorithm narrows them.
     pub fn effective_limits(&self) -> Limits {
-        match self.algorithm {
-            Algorithm::Fixed => {
-                let cap = self.fixed_limit.unwrap_or(self.limits.initial);
-                Limits {
-                    initial: cap,
-                    min: cap,
-                    max: cap,
-                }
-            }
-            _ => self.limits.normalized(),
-        }
+        AnyAlgorithm::from_config(self).bounds(self.limits)
     }
 }
 
 impl Default for ControlConfig {
     fn default() -> Self {
         ControlConfig {
-            algorithm: Algorithm::default(),
+            algorithm: Algorithm::DEFAULT,
             limits: Limits::default(),
-            fixed_limit: None,
-            // Netflix Gradient2Limit's smoothing and rttTolerance.
-            limit_smoothing: 0.2,
-            tolerance: 1.5,
+            gradient2: Gradient2::default(),
+            gateway: Gateway::default(),
+            fixed: Fixed::default(),
             pipeline: Pipeline::default(),
         }
     }

@@ -55,7 +55,7 @@ impl DestinationController<AnyAlgorithm> {
 impl<A: LimitAlgorithm> DestinationController<A> {
     /// A controller running `algorithm` with the bounds and pipeline of `cfg`.
     pub fn with_algorithm(algorithm: A, cfg: &ControlConfig, now_ns: u64) -> Self {
-        let limits = cfg.effective_limits();
+        let limits = algorithm.bounds(cfg.limits);
         DestinationController {
             algorithm,
             limits,

@@ -4,7 +4,8 @@
 mod support;
 
 use limiter_core::{
-    controller, Algorithm, ControlConfig, Controller, DestinationController, Limits, Outcome,
+    algorithms::Fixed, controller, Algorithm, ControlConfig, Controller, DestinationController,
+    Limits, Outcome,
 };
 use support::{Event, Stream, MS, SEC};
 
@@ -136,7 +137,7 @@ fn zero_huge_and_identical_latencies_stay_finite() {
 #[test]
 fn fixed_holds_its_cap_even_below_the_adaptive_minimum() {
     let cfg = ControlConfig {
-        fixed_limit: Some(2),
+        fixed: Fixed { limit: Some(2) },
         ..ControlConfig::new(Algorithm::Fixed)
     };
     let mut c = DestinationController::new(&cfg, 0);
@@ -145,11 +146,7 @@ fn fixed_holds_its_cap_even_below_the_adaptive_minimum() {
     limits.extend(s.run(&mut c, 120, 500.0, |_, _| Event::Outcome(Outcome::Error)));
     assert!(limits.iter().all(|&l| l == 2));
     let default_cap = build(Algorithm::Fixed);
-    assert_eq!(
-        default_cap.limit(),
-        20,
-        "limits.initial without fixed_limit"
-    );
+    assert_eq!(default_cap.limit(), 20, "limits.initial without a cap");
 }
 
 #[test]
@@ -190,12 +187,14 @@ fn algorithm_names_round_trip() {
 #[test]
 fn partial_configuration_fills_in_the_defaults() {
     let cfg: ControlConfig =
-        serde_json::from_str(r#"{"algorithm":"fixed","fixed_limit":50,"limits":{"max":80}}"#)
+        serde_json::from_str(r#"{"algorithm":"fixed","fixed":{"limit":50},"limits":{"max":80}}"#)
             .unwrap();
     assert_eq!(cfg.algorithm, Algorithm::Fixed);
     assert_eq!(cfg.limits.initial, 20);
     assert_eq!(cfg.limits.max, 80);
-    assert_eq!(cfg.tolerance, 1.5);
+    assert_eq!(cfg.fixed.limit, Some(50));
+    assert_eq!(cfg.effective_limits().max, 50);
+    assert_eq!(cfg.gradient2.tolerance, 1.5);
 }
 
 #[test]

@@ -8,7 +8,7 @@ use limiter_core::{controller, Algorithm, ControlConfig, Controller};
 use crate::external::ExternalController;
 
 /// The algorithm used unless another is asked for.
-pub const DEFAULT_ALGORITHM: Algorithm = Algorithm::Vegas;
+pub const DEFAULT_ALGORITHM: Algorithm = Algorithm::DEFAULT;
 
 /// A built-in algorithm by name, or `external:CMD`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -57,10 +57,9 @@ impl FromStr for AlgorithmChoice {
             return Ok(Self::External(command.to_owned()));
         }
         s.parse().map(Self::Builtin).map_err(|_| {
-            let names: Vec<String> = Algorithm::ALL.iter().map(ToString::to_string).collect();
             format!(
                 "unknown algorithm {s:?}: expected one of {}, or external:CMD",
-                names.join(", ")
+                Algorithm::names()
             )
         })
     }

@@ -6,6 +6,8 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::builder::PossibleValuesParser;
 
+use limiter_core::Algorithm;
+
 use crate::algorithm::AlgorithmChoice;
 use crate::report::Report;
 use crate::scenarios;
@@ -27,9 +29,16 @@ pub struct SimulateArgs {
         value_parser = PossibleValuesParser::new(scenarios::ALL.iter().map(|s| s.name)),
     )]
     pub scenario: Option<String>,
-    /// vegas, gradient2, aimd, gateway, fixed, or external:CMD (an algorithm in another
-    /// process, speaking the line protocol of docs/simulation.md).
-    #[arg(long, value_name = "A", default_value = "vegas")]
+    #[arg(
+        long,
+        value_name = "A",
+        default_value_t = AlgorithmChoice::default(),
+        help = format!(
+            "A built-in algorithm ({}), or external:CMD: an algorithm in another process, \
+             speaking the line protocol of docs/simulation.md",
+            Algorithm::names()
+        ),
+    )]
     pub algorithm: AlgorithmChoice,
     /// Seed of the run: the same seed gives the same run.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_SEED)]

@@ -85,8 +85,7 @@ pub struct AgentArgs {
     /// Every destination's mode unless the configuration sets its own (default prod).
     #[arg(long, value_enum)]
     pub mode: Option<Mode>,
-    /// vegas (default), gradient2, aimd, gateway or fixed.
-    #[arg(long, value_parser = parse_algorithm)]
+    #[arg(long, value_parser = parse_algorithm, help = algorithm_help())]
     pub algorithm: Option<Algorithm>,
     /// The limit of the `fixed` algorithm.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
@@ -161,6 +160,14 @@ pub enum LogFormat {
     #[default]
     Text,
     Json,
+}
+
+fn algorithm_help() -> String {
+    format!(
+        "The control algorithm: {} (default {})",
+        Algorithm::names(),
+        Algorithm::DEFAULT
+    )
 }
 
 fn parse_algorithm(s: &str) -> Result<Algorithm, String> {

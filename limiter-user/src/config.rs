@@ -59,7 +59,7 @@ impl From<Mode> for PolicyMode {
 pub struct Config {
     #[serde(default = "default_mode")]
     pub mode: Mode,
-    #[serde(default = "default_algorithm")]
+    #[serde(default)]
     pub algorithm: Algorithm,
     #[serde(default)]
     pub limits: Limits,
@@ -173,9 +173,6 @@ pub struct ExcludeConfig {
 
 fn default_mode() -> Mode {
     Mode::Prod
-}
-fn default_algorithm() -> Algorithm {
-    Algorithm::Vegas
 }
 fn default_heartbeat_timeout() -> u64 {
     10
@@ -363,7 +360,7 @@ impl Config {
         ControlConfig {
             algorithm: self.algorithm,
             limits: self.limits,
-            fixed_limit: self.limit,
+            fixed: limiter_core::algorithms::Fixed { limit: self.limit },
             ..ControlConfig::default()
         }
     }
@@ -374,7 +371,9 @@ impl Config {
         ControlConfig {
             algorithm: o.algorithm.unwrap_or(self.algorithm),
             limits: self.override_limits(o),
-            fixed_limit: o.limit.or(self.limit),
+            fixed: limiter_core::algorithms::Fixed {
+                limit: o.limit.or(self.limit),
+            },
             ..ControlConfig::default()
         }
     }

@@ -7,24 +7,28 @@
 //! and the limit creeps up forever; here it is added only when the gradient is 1. Errors,
 //! which Netflix's version never reads, shrink the limit.
 
+use serde::{Deserialize, Serialize};
+
 use super::{with_errors, LimitAlgorithm, Verdict};
 
 const MIN_GRADIENT: f64 = 0.5;
 
-/// The latency-gradient algorithm.
-#[derive(Clone, Copy, Debug)]
+/// The latency-gradient algorithm and its parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct Gradient2 {
-    tolerance: f64,
-    smoothing: f64,
+    /// How much slower than the baseline is still healthy (at least 1).
+    pub tolerance: f64,
+    /// Weight of each new target, in 0..=1.
+    pub smoothing: f64,
 }
 
-impl Gradient2 {
-    /// `tolerance`: how much slower than the baseline is still healthy (1.5);
-    /// `smoothing`: weight of each new target (0.2).
-    pub fn new(tolerance: f64, smoothing: f64) -> Self {
+impl Default for Gradient2 {
+    /// Netflix Gradient2Limit's rttTolerance and smoothing.
+    fn default() -> Self {
         Gradient2 {
-            tolerance: tolerance.max(1.0),
-            smoothing: smoothing.clamp(0.0, 1.0),
+            tolerance: 1.5,
+            smoothing: 0.2,
         }
     }
 }
@@ -34,11 +38,11 @@ impl LimitAlgorithm for Gradient2 {
         let Some(latency) = verdict.latency else {
             return with_errors(limit, limit, verdict.error_pressure);
         };
-        let gradient = (self.tolerance * latency.baseline / latency.smoothed.max(1.0))
+        let gradient = (self.tolerance.max(1.0) * latency.baseline / latency.smoothed.max(1.0))
             .clamp(MIN_GRADIENT, 1.0);
         let headroom = if gradient >= 1.0 { limit.sqrt() } else { 0.0 };
         let target = gradient * limit + headroom;
-        let proposed = limit + self.smoothing * (target - limit);
+        let proposed = limit + self.smoothing.clamp(0.0, 1.0) * (target - limit);
         with_errors(limit, proposed, verdict.error_pressure)
     }
 }
@@ -63,20 +67,20 @@ mod tests {
 
     #[test]
     fn healthy_latency_adds_smoothed_headroom() {
-        let next = Gradient2::new(1.5, 0.2).next_limit(100.0, &at(14.0));
+        let next = Gradient2::default().next_limit(100.0, &at(14.0));
         assert!((next - 102.0).abs() < 1e-9, "{next}");
     }
 
     #[test]
     fn overload_shrinks_without_headroom() {
         // gradient = 1.5 x 10 / 16 = 0.9375: Netflix would add 10 and grow.
-        let next = Gradient2::new(1.5, 0.2).next_limit(100.0, &at(16.0));
+        let next = Gradient2::default().next_limit(100.0, &at(16.0));
         assert!((next - 98.75).abs() < 1e-9, "{next}");
     }
 
     #[test]
     fn the_gradient_is_floored_at_one_half() {
-        let next = Gradient2::new(1.5, 0.2).next_limit(100.0, &at(1_000.0));
+        let next = Gradient2::default().next_limit(100.0, &at(1_000.0));
         assert!((next - 90.0).abs() < 1e-9, "{next}");
     }
 }

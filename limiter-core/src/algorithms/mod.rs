@@ -16,7 +16,7 @@ pub use gateway::Gateway;
 pub use gradient2::Gradient2;
 pub use vegas::Vegas;
 
-use crate::config::{Algorithm, ControlConfig};
+use crate::config::{Algorithm, ControlConfig, Limits};
 
 /// Latencies as an algorithm sees them, in nanoseconds.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -47,6 +47,11 @@ pub struct Verdict {
 pub trait LimitAlgorithm {
     /// The limit to enforce after a window closed with `verdict`, given the current `limit`.
     fn next_limit(&mut self, limit: f64, verdict: &Verdict) -> f64;
+
+    /// The bounds the limit keeps to, given the configured ones.
+    fn bounds(&self, configured: Limits) -> Limits {
+        configured.normalized()
+    }
 }
 
 /// Error pressure below this share of a window's requests is background noise: it shrinks
@@ -84,12 +89,10 @@ impl AnyAlgorithm {
     pub fn from_config(cfg: &ControlConfig) -> Self {
         match cfg.algorithm {
             Algorithm::Vegas => AnyAlgorithm::Vegas(Vegas),
-            Algorithm::Gradient2 => {
-                AnyAlgorithm::Gradient2(Gradient2::new(cfg.tolerance, cfg.limit_smoothing))
-            }
+            Algorithm::Gradient2 => AnyAlgorithm::Gradient2(cfg.gradient2),
             Algorithm::Aimd => AnyAlgorithm::Aimd(Aimd),
-            Algorithm::Gateway => AnyAlgorithm::Gateway(Gateway::new(cfg.limit_smoothing)),
-            Algorithm::Fixed => AnyAlgorithm::Fixed(Fixed),
+            Algorithm::Gateway => AnyAlgorithm::Gateway(cfg.gateway),
+            Algorithm::Fixed => AnyAlgorithm::Fixed(cfg.fixed),
         }
     }
 }
@@ -102,6 +105,16 @@ impl LimitAlgorithm for AnyAlgorithm {
             AnyAlgorithm::Aimd(a) => a.next_limit(limit, verdict),
             AnyAlgorithm::Gateway(a) => a.next_limit(limit, verdict),
             AnyAlgorithm::Fixed(a) => a.next_limit(limit, verdict),
+        }
+    }
+
+    fn bounds(&self, configured: Limits) -> Limits {
+        match self {
+            AnyAlgorithm::Vegas(a) => a.bounds(configured),
+            AnyAlgorithm::Gradient2(a) => a.bounds(configured),
+            AnyAlgorithm::Aimd(a) => a.bounds(configured),
+            AnyAlgorithm::Gateway(a) => a.bounds(configured),
+            AnyAlgorithm::Fixed(a) => a.bounds(configured),
         }
     }
 }

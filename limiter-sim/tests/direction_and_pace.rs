@@ -1,0 +1,176 @@
+//! The default controller's direction and pace against the engine's upstream, checked phase
+//! by phase: where the limit goes after each change, and how soon.
+
+use limiter_core::{controller, ControlConfig};
+use limiter_sim::clients::{Load, RequestClass, Service};
+use limiter_sim::clock::secs;
+use limiter_sim::engine::{simulate, Setup};
+use limiter_sim::schedule::Schedule;
+use limiter_sim::trace::Trace;
+use limiter_sim::upstream::UpstreamSpec;
+
+const SEED: u64 = 7;
+/// The spread of the service time (sigma of its logarithm).
+const SIGMA: f64 = 0.3;
+
+fn run(duration_s: f64, upstream: UpstreamSpec, service: Service, load: Load) -> Trace {
+    let setup = Setup {
+        duration_s,
+        upstream,
+        classes: vec![RequestClass::new(service, load)],
+    };
+    simulate(
+        &setup,
+        SEED,
+        controller(&ControlConfig::default(), 0).as_mut(),
+    )
+}
+
+/// 400 clients keeping a request each in flight, retrying a refusal at the next update.
+fn saturating() -> Load {
+    Load::closed(400, 0.1)
+}
+
+/// Every limit in force during [from_s, to_s) lies within lo..=hi.
+fn within(trace: &Trace, (from_s, to_s): (f64, f64), lo: f64, hi: f64) {
+    let (from, to) = (secs(from_s), secs(to_s));
+    let (min, max) = (trace.min_limit(from, to), trace.max_limit(from, to));
+    assert!(
+        f64::from(min) >= lo && f64::from(max) <= hi,
+        "{from_s}..{to_s} s: limit {min}..{max}, expected {lo}..{hi}"
+    );
+}
+
+#[test]
+fn converges_to_capacity_and_holds_within_20_percent() {
+    let trace = run(
+        600.0,
+        UpstreamSpec::steady(100),
+        Service::lognormal(0.1, SIGMA),
+        saturating(),
+    );
+    within(&trace, (300.0, 600.0), 80.0, 120.0);
+}
+
+#[test]
+fn capacity_halves_then_returns() {
+    let upstream = UpstreamSpec {
+        capacity: Schedule::constant(100.0)
+            .step(120.0, 50.0)
+            .step(300.0, 100.0),
+        ..UpstreamSpec::steady(100)
+    };
+    let trace = run(
+        480.0,
+        upstream,
+        Service::lognormal(0.1, SIGMA),
+        saturating(),
+    );
+    within(&trace, (180.0, 300.0), 40.0, 60.0);
+    within(&trace, (420.0, 480.0), 80.0, 120.0);
+}
+
+#[test]
+fn healthy_latency_doubling_for_good_is_healed_within_two_minutes() {
+    let upstream = UpstreamSpec {
+        latency_factor: Schedule::constant(1.0).step(120.0, 2.0),
+        ..UpstreamSpec::steady(100)
+    };
+    let trace = run(
+        400.0,
+        upstream,
+        Service::lognormal(0.1, SIGMA),
+        saturating(),
+    );
+    within(&trace, (240.0, 400.0), 80.0, 120.0);
+}
+
+#[test]
+fn error_burst_falls_then_recovers_within_a_minute() {
+    let upstream = UpstreamSpec {
+        error_rate: Schedule::constant(0.0).step(120.0, 0.2).step(150.0, 0.0),
+        ..UpstreamSpec::steady(100)
+    };
+    let trace = run(
+        240.0,
+        upstream,
+        Service::lognormal(0.1, SIGMA),
+        saturating(),
+    );
+    let steady = f64::from(trace.limit_at(secs(119.9)));
+    let burst = f64::from(trace.limit_at(secs(149.9)));
+    assert!(burst < steady * 0.7, "from {steady} to {burst}");
+    within(&trace, (210.0, 240.0), steady * 0.8, steady * 1.2);
+}
+
+#[test]
+fn streams_are_judged_by_their_first_byte_and_do_not_clamp() {
+    let trace = run(
+        1_200.0,
+        UpstreamSpec::steady(1_000),
+        Service::lognormal(0.28, SIGMA).streamed(45.0),
+        Load::Poisson { per_s: 2.0 },
+    );
+    // One window per 25 s at this rate: allow a quarter of an hour to climb from 20. About
+    // 90 streams are open at once: the limit must make room for them.
+    let settled = (secs(900.0), secs(1_200.0));
+    assert!(trace.min_limit(settled.0, settled.1) >= 90);
+    assert!(trace.shed(settled.0, settled.1) < 10);
+}
+
+/// p50 0.35 s -> 10.4 s at 0 % errors. A slow-call breaker cannot open before slow calls
+/// complete, 10.4 s after the change; the limiter sheds within seconds because the limit
+/// learned from healthy traffic caps the in-flight pile-up, and then lowers the limit. (Left
+/// running, the answers' 10 s lag reads as a saturation about 100 s after the step and the
+/// baseline follows: see docs/control.md.)
+#[test]
+fn a_thirtyfold_slowdown_sheds_before_any_slow_call_completes() {
+    let upstream = UpstreamSpec {
+        latency_factor: Schedule::constant(1.0).step(300.0, 10.4 / 0.35),
+        ..UpstreamSpec::steady(1_000)
+    };
+    let trace = run(
+        360.0,
+        upstream,
+        Service::lognormal(0.35, SIGMA),
+        Load::Poisson { per_s: 40.0 },
+    );
+    // While learning, a peak above the initial limit is refused once, then grown for.
+    let learning = trace.shed(0, secs(30.0));
+    assert!(learning <= 2, "learning shed {learning}");
+    assert_eq!(
+        trace.shed(secs(30.0), secs(300.0)),
+        0,
+        "learned healthy traffic is not shed"
+    );
+    assert!(
+        trace.shed(secs(300.0), secs(305.0)) > 0,
+        "shedding within 5 s"
+    );
+    let healthy = trace.limit_at(secs(299.9));
+    let slow = trace.limit_at(secs(359.9));
+    assert!(slow <= healthy / 2, "from {healthy} to {slow}");
+}
+
+/// A closed-loop client keeping 16 requests in flight (one connection each) against an
+/// upstream answering in 5 ms, which turns twenty times slower for a minute and then
+/// recovers: the agent's end-to-end case. An outbound limiter must shed while the upstream
+/// is slower than its own normal, and let the client back in once it is not.
+#[test]
+fn a_twentyfold_slowdown_of_a_closed_loop_client_sheds_then_lets_it_back_in() {
+    const CLIENTS: u32 = 16;
+    let upstream = UpstreamSpec {
+        latency_factor: Schedule::constant(1.0).step(60.0, 20.0).step(120.0, 1.0),
+        ..UpstreamSpec::steady(1_000)
+    };
+    let trace = run(
+        150.0,
+        upstream,
+        Service::lognormal(0.005, SIGMA),
+        Load::closed(CLIENTS, 0.1),
+    );
+    assert!(trace.limit_at(secs(59.9)) > CLIENTS, "healthy");
+    assert!(trace.limit_at(secs(69.9)) < CLIENTS, "falling");
+    assert!(trace.max_limit(secs(70.0), secs(120.0)) < CLIENTS, "slow");
+    assert!(trace.limit_at(secs(149.9)) >= CLIENTS, "recovered");
+}

@@ -1,0 +1,170 @@
+//! The agent under test: started on a cgroup, its log read back, its one-shot commands run.
+
+use std::{
+    io::{BufRead, BufReader},
+    net::SocketAddr,
+    path::PathBuf,
+    process::{Child, Command, Output, Stdio},
+    sync::{mpsc, Arc, Mutex},
+};
+
+use crate::{
+    harness::{bin, hang_guard},
+    TestCgroup,
+};
+
+pub fn agent_bin() -> PathBuf {
+    bin("limiter-agent-under-test")
+}
+
+/// A running agent; SIGTERM on drop.
+pub struct Agent {
+    child: Child,
+    pub log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Agent {
+    /// Starts the agent on `cgroup` and waits until it says it is attached.
+    pub fn start(cgroup: &TestCgroup, args: &[&str]) -> Self {
+        Self::start_command(Command::new(agent_bin()), cgroup, args)
+    }
+
+    pub fn start_command(mut cmd: Command, cgroup: &TestCgroup, args: &[&str]) -> Self {
+        if !cmd.get_envs().any(|(k, _)| k == "RUST_LOG") {
+            cmd.env("RUST_LOG", "info");
+        }
+        let mut child = cmd
+            .arg("--cgroup")
+            .arg(cgroup.path())
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("cannot start the agent");
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = mpsc::channel();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                eprintln!("[agent] {line}");
+                let attached = line.contains("limiter attached");
+                // Logged before the start returns, so the test can read that line too.
+                sink.lock().unwrap().push(line);
+                if attached {
+                    let _ = tx.send(());
+                }
+            }
+        });
+        if rx.recv_timeout(hang_guard()).is_err() {
+            let _ = child.kill();
+            let status = child.wait().unwrap();
+            panic!(
+                "the agent did not attach ({status}): {:?}",
+                log.lock().unwrap()
+            );
+        }
+        Agent { child, log }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Whether the agent has logged a line containing every one of `texts`.
+    pub fn logged(&self, texts: &[&str]) -> bool {
+        let log = self.log.lock().unwrap();
+        log.iter().any(|l| texts.iter().all(|t| l.contains(t)))
+    }
+
+    /// The latency signals the agent logged (start it with `signal_logging()`).
+    pub fn signals(&self) -> Vec<LoggedSignal> {
+        self.log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .filter(|v| v["target"] == "limiter_user::signals")
+            .map(|v| LoggedSignal {
+                kind: v["kind"].as_str().unwrap_or_default().to_string(),
+                destination: v["destination"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .parse()
+                    .unwrap(),
+                value_ns: v["value_ns"].as_u64().unwrap_or_default(),
+                inflight: v["inflight"].as_u64().unwrap_or_default(),
+            })
+            .collect()
+    }
+
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: kill() on our own child's pid.
+        unsafe { libc::kill(self.pid(), sig) };
+    }
+
+    /// SIGTERM, then the exit status.
+    pub fn stop(mut self) -> std::process::ExitStatus {
+        self.signal(libc::SIGTERM);
+        self.child.wait().unwrap()
+    }
+
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            self.signal(libc::SIGCONT);
+            self.signal(libc::SIGTERM);
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// One latency signal from the agent's debug log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoggedSignal {
+    pub kind: String,
+    pub destination: SocketAddr,
+    pub value_ns: u64,
+    pub inflight: u64,
+}
+
+/// An agent command that logs every latency signal as a JSON line.
+pub fn signal_logging() -> Command {
+    let mut cmd = Command::new(agent_bin());
+    cmd.env("RUST_LOG", "info,limiter_user::signals=debug")
+        .args(["--log-format", "json"]);
+    cmd
+}
+
+/// Runs the agent binary with `args` (status, detach, a failing run...).
+pub fn agent_command(args: &[&str]) -> Output {
+    Command::new(agent_bin())
+        .args(args)
+        .output()
+        .expect("cannot run the agent")
+}
+
+/// Runs the agent, expecting failure with one error line (besides log lines) that
+/// contains `expected`.
+pub fn assert_refused(cmd: &mut Command, expected: &str) {
+    let out = cmd.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "must fail: {stderr}");
+    let errors: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("limiter-user: "))
+        .collect();
+    assert_eq!(errors.len(), 1, "one error line: {stderr}");
+    assert!(
+        errors[0].contains(expected),
+        "expected `{expected}` in: {stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

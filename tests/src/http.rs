@@ -1,0 +1,70 @@
+//! A loopback HTTP/1.1 server with a response delay that can change while it runs.
+
+use std::{
+    io::{BufRead, BufReader, Write},
+    net::{SocketAddr, TcpListener, TcpStream},
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
+
+/// A loopback HTTP/1.1 server whose response delay can be changed while it runs.
+pub struct SlowHttp {
+    pub addr: SocketAddr,
+    delay_ms: Arc<AtomicU64>,
+}
+
+impl SlowHttp {
+    pub fn start(delay_ms: u64) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let delay = Arc::new(AtomicU64::new(delay_ms));
+        let shared = delay.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().map_while(Result::ok) {
+                let delay = shared.clone();
+                std::thread::spawn(move || serve_http(stream, &delay));
+            }
+        });
+        SlowHttp {
+            addr,
+            delay_ms: delay,
+        }
+    }
+
+    pub fn set_delay_ms(&self, ms: u64) {
+        self.delay_ms.store(ms, Ordering::SeqCst);
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}/", self.addr)
+    }
+}
+
+/// Serves HTTP/1.1 requests on `stream`, each answered after `delay_ms`, until the client
+/// closes or asks to.
+pub fn serve_http(stream: TcpStream, delay_ms: &AtomicU64) {
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut writer = stream;
+    loop {
+        let mut close = false;
+        let mut line = String::new();
+        // The request head, up to its blank line; bodies are not expected.
+        loop {
+            line.clear();
+            match reader.read_line(&mut line) {
+                Ok(0) | Err(_) => return,
+                Ok(_) if line == "\r\n" => break,
+                Ok(_) => close |= line.to_ascii_lowercase().starts_with("connection: close"),
+            }
+        }
+        std::thread::sleep(Duration::from_millis(delay_ms.load(Ordering::SeqCst)));
+        let head = if close { "Connection: close\r\n" } else { "" };
+        let response = format!("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n{head}\r\nok");
+        if writer.write_all(response.as_bytes()).is_err() || close {
+            return;
+        }
+    }
+}
