@@ -12,13 +12,11 @@ use std::{
 use crate::harness::hang_guard;
 
 pub fn cgroup2_mount() -> PathBuf {
-    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
-    mounts
-        .lines()
-        .find_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (f.get(2) == Some(&"cgroup2")).then(|| PathBuf::from(f[1]))
-        })
+    procfs::mounts()
+        .expect("cannot read /proc/mounts")
+        .into_iter()
+        .find(|m| m.fs_vfstype == "cgroup2")
+        .map(|m| PathBuf::from(m.fs_file))
         .expect("no cgroup v2 mount in /proc/mounts")
 }
 
