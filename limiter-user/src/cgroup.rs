@@ -124,6 +124,9 @@ fn collect_pids(dir: &Path, pids: &mut Vec<i32>) -> Result<()> {
     Ok(())
 }
 
+/// systemd's escaping of a path into one name (`/` to `-`, others as `\xNN`), with one
+/// difference: `.` is escaped too, because bpffs refuses names holding a dot (EPERM, kept
+/// for its own special files), and systemd's cgroups are all named `*.slice` or `*.service`.
 pub fn escape_path(rel: &str) -> String {
     let trimmed = rel.trim_matches('/');
     if trimmed.is_empty() {
@@ -133,7 +136,7 @@ pub fn escape_path(rel: &str) -> String {
     for c in trimmed.chars() {
         match c {
             '/' => out.push('-'),
-            c if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':') => out.push(c),
+            c if c.is_ascii_alphanumeric() || matches!(c, '_' | ':') => out.push(c),
             c => {
                 let mut buf = [0u8; 4];
                 for b in c.encode_utf8(&mut buf).bytes() {
@@ -203,7 +206,7 @@ mod tests {
         assert_eq!(escape_path("/app"), "app");
         assert_eq!(
             escape_path("system.slice/my-svc.service"),
-            "system.slice-my\\x2dsvc.service"
+            "system\\x2eslice-my\\x2dsvc\\x2eservice"
         );
         assert_eq!(escape_path("/"), "-");
     }

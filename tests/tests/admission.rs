@@ -212,3 +212,15 @@ fn ipv6_and_v4_mapped_destinations_are_counted_as_such() {
         p.release();
     }
 }
+
+/// systemd names every cgroup `*.slice` or `*.service`, and bpffs refuses a pin directory
+/// named with a dot: such a cgroup is limited like any other.
+#[kernel_test]
+fn a_cgroup_named_like_a_systemd_service_is_limited() {
+    let cg = TestCgroup::new("demo.service");
+    let up = upstream();
+    let _agent = Agent::start(&cg, &["--algorithm", "fixed", "--limit", "2"]);
+    let (_probe, lines) = Probe::hold(&cg, up.addr, 4);
+    assert_eq!(tally(&lines), (2, 2, 0), "{lines:?}");
+    assert_eq!(field(&cg, up.addr, "limit"), 2);
+}
