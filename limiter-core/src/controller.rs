@@ -67,7 +67,7 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             filter: LatencyFilter::new(cfg.pipeline.latency_smoothing),
             baseline: Baseline::default(),
             guard: GrowthGuard::new(cfg.pipeline.app_limited_multiple, f64::from(limits.initial)),
-            slow_start: SlowStart::default(),
+            slow_start: SlowStart::new(f64::from(limits.max)),
             capacity: None,
             recovery: Recovery::default(),
             learned: false,

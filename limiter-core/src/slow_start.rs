@@ -16,6 +16,9 @@ const BEYOND_CLEAN: f64 = 1.1;
 /// Growth on refused demand while a destination is learned.
 #[derive(Clone, Copy, Debug)]
 pub struct SlowStart {
+    /// The limit's upper bound: a level above it cannot be put in flight, so growth to it
+    /// could never be tried.
+    max: f64,
     sheds: u32,
     /// When the limit last grew, and to what.
     grown: Option<(u64, f64)>,
@@ -29,9 +32,11 @@ pub struct SlowStart {
     queued: bool,
 }
 
-impl Default for SlowStart {
-    fn default() -> Self {
+impl SlowStart {
+    /// Learning from the start, the limit bounded by `max`.
+    pub fn new(max: f64) -> Self {
         SlowStart {
+            max,
             sheds: 0,
             grown: None,
             previous: 0.0,
@@ -43,9 +48,7 @@ impl Default for SlowStart {
             queued: false,
         }
     }
-}
 
-impl SlowStart {
     /// A request admitted with `inflight` in flight was answered after `latency_ns`.
     pub fn on_sample(&mut self, now_ns: u64, latency_ns: u64, inflight: u32) {
         self.fastest_ns = self.fastest_ns.min(latency_ns);
@@ -80,9 +83,9 @@ impl SlowStart {
     /// it may grow.
     pub fn restart(&mut self, now_ns: u64, limit: f64) {
         *self = SlowStart {
-            grown: Some((now_ns, limit)),
+            grown: Some((now_ns, limit.min(self.max))),
             previous: limit,
-            ..SlowStart::default()
+            ..SlowStart::new(self.max)
         };
     }
 
@@ -107,7 +110,8 @@ impl SlowStart {
             (2.0 * limit).max(limit + f64::from(sheds))
         } else {
             2.0 * limit
-        };
+        }
+        .min(self.max);
         self.previous = limit;
         self.grown = Some((now_ns, grown));
         self.round_tried = false;
@@ -121,10 +125,11 @@ mod tests {
     use super::*;
 
     const MS: u64 = 1_000_000;
+    const MAX: f64 = 200.0;
 
     #[test]
     fn refused_demand_grows_the_limit_to_meet_it() {
-        let mut s = SlowStart::default();
+        let mut s = SlowStart::new(MAX);
         assert_eq!(s.next_limit(100 * MS, 20.0), None, "nothing refused");
         for _ in 0..80 {
             s.on_shed();
@@ -134,7 +139,7 @@ mod tests {
 
     #[test]
     fn grows_once_per_round_and_at_least_doubles() {
-        let mut s = SlowStart::default();
+        let mut s = SlowStart::new(MAX);
         s.on_sample(50 * MS, 30 * MS, 20);
         s.on_shed();
         assert_eq!(s.next_limit(100 * MS, 20.0), Some(40.0));
@@ -149,8 +154,25 @@ mod tests {
     }
 
     #[test]
+    fn growth_stops_at_the_bound_so_that_the_round_can_be_tried() {
+        let mut s = SlowStart::new(MAX);
+        s.on_sample(50 * MS, 30 * MS, 20);
+        for _ in 0..300 {
+            s.on_shed();
+        }
+        assert_eq!(s.next_limit(100 * MS, 20.0), Some(MAX));
+        s.on_sample(600 * MS, 120 * MS, 200);
+        s.on_shed();
+        assert_eq!(
+            s.next_limit(700 * MS, MAX),
+            Some(20.0),
+            "the bound queued: back to the clean level"
+        );
+    }
+
+    #[test]
     fn a_round_that_queued_goes_back_to_the_clean_level_and_ends_the_growth() {
-        let mut s = SlowStart::default();
+        let mut s = SlowStart::new(MAX);
         s.on_sample(50 * MS, 30 * MS, 50);
         s.on_shed();
         assert_eq!(s.next_limit(100 * MS, 50.0), Some(100.0));

@@ -14,6 +14,16 @@ const SEED: u64 = 7;
 const SIGMA: f64 = 0.3;
 
 fn run(duration_s: f64, upstream: UpstreamSpec, service: Service, load: Load) -> Trace {
+    run_seeded(SEED, duration_s, upstream, service, load)
+}
+
+fn run_seeded(
+    seed: u64,
+    duration_s: f64,
+    upstream: UpstreamSpec,
+    service: Service,
+    load: Load,
+) -> Trace {
     let setup = Setup {
         duration_s,
         upstream,
@@ -21,7 +31,7 @@ fn run(duration_s: f64, upstream: UpstreamSpec, service: Service, load: Load) ->
     };
     simulate(
         &setup,
-        SEED,
+        seed,
         controller(&ControlConfig::default(), 0).as_mut(),
     )
 }
@@ -50,6 +60,23 @@ fn converges_to_capacity_and_holds_within_20_percent() {
         saturating(),
     );
     within(&trace, (300.0, 600.0), 80.0, 120.0);
+}
+
+/// Clients that retry a refused connect after 1 ms refuse many times over between two
+/// updates: the refusals far outnumber the demand, and while learning the limit grows on
+/// them to its bound. That bound has to be tried and found to queue like any other level.
+#[test]
+fn clients_retrying_refusals_at_once_still_converge_to_capacity() {
+    for seed in 1..=5 {
+        let trace = run_seeded(
+            seed,
+            600.0,
+            UpstreamSpec::steady(50),
+            Service::lognormal(0.1, SIGMA),
+            Load::closed(400, 0.001),
+        );
+        within(&trace, (300.0, 600.0), 40.0, 65.0);
+    }
 }
 
 #[test]
