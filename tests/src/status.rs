@@ -40,9 +40,14 @@ pub fn global(cgroup: &TestCgroup, name: &str) -> u64 {
 
 /// The status row of one destination.
 pub fn row(cgroup: &TestCgroup, dest: SocketAddr) -> Option<serde_json::Value> {
-    status(cgroup)
-        .into_iter()
+    row_in(&status(cgroup), dest)
+}
+
+/// The row of one destination among `rows`, from one call of [`status`].
+pub fn row_in(rows: &[serde_json::Value], dest: SocketAddr) -> Option<serde_json::Value> {
+    rows.iter()
         .find(|r| r["address"] == dest.ip().to_string() && r["port"] == dest.port())
+        .cloned()
 }
 
 pub fn field(cgroup: &TestCgroup, dest: SocketAddr, name: &str) -> i64 {

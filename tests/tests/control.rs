@@ -13,8 +13,8 @@ const LOAD: usize = 16;
 
 /// The controller publishes a baseline once its warm-up is over: from then on, a slowdown
 /// is a slowdown and not the upstream's normal.
-fn learned(cg: &TestCgroup, up: &SlowHttp) -> bool {
-    row(cg, up.addr).is_some_and(|r| r["baseline_ms"].is_number())
+fn has_baseline(row: &Value) -> bool {
+    row["baseline_ms"].is_number()
 }
 
 /// The upstreams' normal answer time: long enough that the loads of the closed-loop test keep
@@ -35,7 +35,6 @@ fn the_limit_follows_a_slow_upstream_down_and_back_up_leaving_others_alone() {
     );
     let mut watch = Watch::new(&cg, &slowing, &steady);
     let healthy = |r: &Value| r["limit"].as_i64() >= Some(LOAD as i64);
-    let has_baseline = |r: &Value| r["baseline_ms"].is_number();
 
     let (slow, fine) = watch.until("baselines learned, limits above the load", |slow, fine| {
         has_baseline(slow) && has_baseline(fine) && healthy(slow) && healthy(fine)
@@ -118,8 +117,11 @@ impl<'a> Watch<'a> {
         let mut printed = Instant::now();
         let mut rows = None;
         wait_until(what, || {
-            let (Some(slow), Some(fine)) = (row(self.cg, self.slowing), row(self.cg, self.steady))
-            else {
+            let snapshot = status(self.cg);
+            let (Some(slow), Some(fine)) = (
+                row_in(&snapshot, self.slowing),
+                row_in(&snapshot, self.steady),
+            ) else {
                 return false;
             };
             let (p90, baseline) = (fine["p90_ms"].as_f64(), fine["baseline_ms"].as_f64());
@@ -146,7 +148,7 @@ fn shadow_mode_refuses_nothing_and_reports_what_it_would_have_shed() {
     let _load = CurlLoad::start(&cg, &up, LOAD);
     let get = |name| field(&cg, up.addr, name);
     wait_until("a baseline learned and a limit above the load", || {
-        learned(&cg, &up) && get("limit") >= LOAD as i64
+        row(&cg, up.addr).is_some_and(|r| has_baseline(&r)) && get("limit") >= LOAD as i64
     });
     up.set_delay_ms(100);
     wait_until("would_shed under the slowdown", || {
