@@ -1,9 +1,10 @@
 //! One destination's control loop: windows -> p90 -> median-of-5 -> smoothing -> baseline ->
 //! algorithm -> growth guards -> bounds.
 
-use crate::algorithms::{AnyAlgorithm, LatencyView, LimitAlgorithm, Verdict};
+use crate::algorithms::{AnyAlgorithm, LatencyView, LimitAlgorithm, Verdict, BACKGROUND_ERRORS};
 use crate::baseline::Baseline;
 use crate::config::{ControlConfig, Limits};
+use crate::demand::DemandFloor;
 use crate::evidence::EvidencePoint;
 use crate::filter::LatencyFilter;
 use crate::guard::GrowthGuard;
@@ -34,6 +35,7 @@ pub struct DestinationController<A = AnyAlgorithm> {
     filter: LatencyFilter,
     baseline: Baseline,
     guard: GrowthGuard,
+    demand: DemandFloor,
     slow_start: SlowStart,
     /// A limit the newest window showed the upstream can take: its capacity at a slower
     /// service time, or the last healthy limit once it is fast again.
@@ -43,6 +45,8 @@ pub struct DestinationController<A = AnyAlgorithm> {
     learned: bool,
     /// Windows running whose latency ignored a cut of in-flight.
     flat_windows: u32,
+    /// When the limit was last lowered.
+    cut_at_ns: u64,
 }
 
 impl DestinationController<AnyAlgorithm> {
@@ -67,11 +71,13 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             filter: LatencyFilter::new(cfg.pipeline.latency_smoothing),
             baseline: Baseline::default(),
             guard: GrowthGuard::new(cfg.pipeline.app_limited_multiple, f64::from(limits.initial)),
+            demand: DemandFloor::default(),
             slow_start: SlowStart::new(f64::from(limits.max)),
             capacity: None,
             recovery: Recovery::default(),
             learned: false,
             flat_windows: 0,
+            cut_at_ns: 0,
         }
     }
 
@@ -188,11 +194,30 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             proposed = proposed.min(self.limit);
         }
         let mut allowed = self.guard.allow(self.limit, proposed, window.dispersed);
+        // A window that refused connects had demand beyond the limit: not the same clients
+        // waiting longer, which is all the demand floor stands for.
+        if error_pressure < BACKGROUND_ERRORS && window.sheds == 0 {
+            allowed = self.demand.hold(self.limit, allowed, window.peak_inflight);
+            if self.is_healthy(&window) {
+                self.demand.observe_unbound(window.peak_inflight);
+            }
+        }
         if let Some(capacity) = self.capacity.take() {
             allowed = allowed.max(capacity);
         }
         if allowed.is_finite() {
+            if allowed < self.limit {
+                self.cut_at_ns = now_ns;
+            }
             self.set_limit(allowed);
+        }
+    }
+
+    /// Whether the window's p90 is within the band of a learned baseline.
+    fn is_healthy(&self, window: &WindowSummary) -> bool {
+        match (window.p90_ns, self.baseline.value()) {
+            (Some(p90), Some(baseline)) => p90 < ELEVATED * baseline,
+            _ => false,
         }
     }
 
@@ -208,7 +233,7 @@ impl<A: LimitAlgorithm> Controller for DestinationController<A> {
         self.slow_start.on_sample(now_ns, latency_ns, inflight);
     }
 
-    fn on_outcome(&mut self, _now_ns: u64, outcome: Outcome) {
+    fn on_outcome(&mut self, now_ns: u64, outcome: Outcome) {
         let outcome = match outcome {
             Outcome::GaveUp { waited_ns } | Outcome::HungUp { waited_ns }
                 if !self.longer_than_normal(waited_ns) =>
@@ -217,7 +242,8 @@ impl<A: LimitAlgorithm> Controller for DestinationController<A> {
             }
             Outcome::HungUp { .. } => Outcome::Error,
             Outcome::GaveUp { waited_ns } => {
-                self.windows.record_gave_up(waited_ns);
+                let stale = now_ns.saturating_sub(waited_ns) < self.cut_at_ns;
+                self.windows.record_gave_up(waited_ns, stale);
                 Outcome::Timeout
             }
             other => other,

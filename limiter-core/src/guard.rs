@@ -11,13 +11,32 @@
 /// Windows over which the peak in-flight is remembered (the median filter's span).
 const PEAK_WINDOWS: usize = 5;
 
+/// The peak in-flight of each of the last few windows.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RecentPeaks {
+    peaks: [u32; PEAK_WINDOWS],
+    next: usize,
+}
+
+impl RecentPeaks {
+    /// Remembers one window's peak, forgetting the oldest.
+    pub fn observe(&mut self, peak_inflight: u32) {
+        self.peaks[self.next] = peak_inflight;
+        self.next = (self.next + 1) % PEAK_WINDOWS;
+    }
+
+    /// The highest peak remembered, 0 if none.
+    pub fn max(&self) -> u32 {
+        self.peaks.iter().copied().max().unwrap_or(0)
+    }
+}
+
 /// Caps growth to what recent traffic has tested.
 #[derive(Clone, Copy, Debug)]
 pub struct GrowthGuard {
     multiple: f64,
     floor: f64,
-    peaks: [u32; PEAK_WINDOWS],
-    next: usize,
+    peaks: RecentPeaks,
 }
 
 impl GrowthGuard {
@@ -26,26 +45,23 @@ impl GrowthGuard {
         GrowthGuard {
             multiple: multiple.max(1.0),
             floor,
-            peaks: [0; PEAK_WINDOWS],
-            next: 0,
+            peaks: RecentPeaks::default(),
         }
     }
 
     /// Remembers one window's peak in-flight.
     pub fn observe(&mut self, peak_inflight: u32) {
-        self.peaks[self.next] = peak_inflight;
-        self.next = (self.next + 1) % PEAK_WINDOWS;
+        self.peaks.observe(peak_inflight);
     }
 
     /// Whether every remembered window had nothing in flight.
     pub fn remembers_no_peak(&self) -> bool {
-        self.peaks.iter().all(|&p| p == 0)
+        self.peaks.max() == 0
     }
 
     /// The highest limit recent traffic justifies.
     pub fn ceiling(&self) -> f64 {
-        let peak = self.peaks.iter().copied().max().unwrap_or(0);
-        (self.multiple * f64::from(peak)).max(self.floor)
+        (self.multiple * f64::from(self.peaks.max())).max(self.floor)
     }
 
     /// `proposed`, with any growth beyond `limit` cut to what the evidence allows.

@@ -12,6 +12,7 @@ pub mod algorithms;
 mod baseline;
 pub mod config;
 mod controller;
+mod demand;
 mod evidence;
 mod filter;
 mod guard;

@@ -30,6 +30,8 @@ pub struct WindowSummary {
     pub errors: u32,
     /// Requests that timed out.
     pub timeouts: u32,
+    /// Of those, the ones that started before the limit was last cut: that cut answered them.
+    pub stale_timeouts: u32,
     /// The window's p90 latency, if the window has samples of its own.
     pub p90_ns: Option<f64>,
     /// How many latencies the p90 rests on (a thin window's reach back included).
@@ -56,13 +58,16 @@ impl WindowSummary {
         f64::from(self.samples) * NANOS_PER_SEC / (self.duration_ns.max(1) as f64)
     }
 
-    /// Share of the window's requests that failed, timeouts counted double, in 0..=1.
+    /// Share of the window's requests that failed, timeouts counted double, in 0..=1. A
+    /// timeout of a request sent before the last cut is no news: it waited in the queue that
+    /// cut already shrinks, and counting it again would cut once per window it drains over.
     pub fn error_pressure(&self) -> f64 {
-        let events = self.samples + self.errors + self.timeouts;
+        let fresh_timeouts = self.timeouts.saturating_sub(self.stale_timeouts);
+        let events = self.samples + self.errors + fresh_timeouts;
         if events == 0 {
             return 0.0;
         }
-        let weighted = self.errors + TIMEOUT_WEIGHT * self.timeouts;
+        let weighted = self.errors + TIMEOUT_WEIGHT * fresh_timeouts;
         (f64::from(weighted) / f64::from(events)).min(1.0)
     }
 }
@@ -77,6 +82,7 @@ pub struct Windows {
     samples: u32,
     errors: u32,
     timeouts: u32,
+    stale_timeouts: u32,
     min_latency_ns: u64,
     max_latency_ns: u64,
     inflight_sum: u64,
@@ -97,6 +103,7 @@ impl Windows {
             samples: 0,
             errors: 0,
             timeouts: 0,
+            stale_timeouts: 0,
             min_latency_ns: u64::MAX,
             max_latency_ns: 0,
             inflight_sum: 0,
@@ -135,9 +142,13 @@ impl Windows {
         self.events() == 0
     }
 
-    /// A client gave up after waiting `waited_ns` (already recorded as a timeout).
-    pub fn record_gave_up(&mut self, waited_ns: u64) {
+    /// A client gave up after waiting `waited_ns` (already recorded as a timeout); `stale`
+    /// when its request started before the limit was last cut.
+    pub fn record_gave_up(&mut self, waited_ns: u64, stale: bool) {
         self.gave_up_after_ns = self.gave_up_after_ns.min(waited_ns);
+        if stale {
+            self.stale_timeouts = self.stale_timeouts.saturating_add(1);
+        }
     }
 
     /// The slowest latency of the open window, if it has a sample.
@@ -194,6 +205,7 @@ impl Windows {
             samples: self.samples,
             errors: self.errors,
             timeouts: self.timeouts,
+            stale_timeouts: self.stale_timeouts,
             p90_ns,
             p90_weight,
             mean_inflight: if self.samples == 0 {
@@ -219,6 +231,7 @@ impl Windows {
         self.samples = 0;
         self.errors = 0;
         self.timeouts = 0;
+        self.stale_timeouts = 0;
         self.min_latency_ns = u64::MAX;
         self.max_latency_ns = 0;
         self.inflight_sum = 0;
@@ -320,6 +333,21 @@ mod tests {
         }
         let s = w.close_if_due(2 * SEC).expect("50 events");
         assert!((s.error_pressure() - 30.0 / 50.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn timeouts_of_requests_sent_before_the_last_cut_add_no_pressure() {
+        let mut w = windows();
+        for _ in 0..45 {
+            w.record_sample(10 * MS, 3);
+        }
+        for stale in [true, true, true, false, false] {
+            w.record_gave_up(2 * SEC, stale);
+            w.record_outcome(Outcome::Timeout);
+        }
+        let s = w.close_if_due(2 * SEC).expect("50 events and 2 s");
+        assert_eq!(s.timeouts, 5, "all of them still censor the latency");
+        assert!((s.error_pressure() - 4.0 / 47.0).abs() < 1e-12);
     }
 
     #[test]

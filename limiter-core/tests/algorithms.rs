@@ -51,10 +51,8 @@ fn rising_latency_shrinks() {
         let start = s.now;
         let limits = s.run(&mut c, 120, 500.0, |limit, s| {
             let elapsed = (s.now - start) as f64 / SEC as f64;
-            Event::Sample {
-                latency_ns: (100.0 * MS as f64 * (1.0 + elapsed / 20.0) * s.jitter()) as u64,
-                inflight: limit,
-            }
+            let latency = 100.0 * MS as f64 * (1.0 + elapsed / 20.0) * s.jitter();
+            s.at_the_limit(limit, latency as u64)
         });
         let after = *limits.last().unwrap();
         assert!(

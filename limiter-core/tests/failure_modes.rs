@@ -54,9 +54,9 @@ fn gradient2_does_not_creep_up_while_overloaded() {
         inflight: limit,
     });
     let before = c.limit();
-    let limits = s.run(&mut c, 1_200, 500.0, |limit, s| Event::Sample {
-        latency_ns: (160.0 * MS as f64 * s.jitter()) as u64,
-        inflight: limit,
+    let limits = s.run(&mut c, 1_200, 500.0, |limit, s| {
+        let latency = 160.0 * MS as f64 * s.jitter();
+        s.at_the_limit(limit, latency as u64)
     });
     // Past the filter's lag (a minute of 100 ms updates), never above where it started.
     let settled = &limits[600..];

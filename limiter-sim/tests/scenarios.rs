@@ -50,4 +50,5 @@ scenario_tests! {
     recovery => "recovery",
     goodbye => "goodbye",
     keepalive_pool => "keepalive-pool",
+    slow_query => "slow-query",
 }

@@ -56,7 +56,7 @@ pub trait LimitAlgorithm {
 
 /// Error pressure below this share of a window's requests is background noise: it shrinks
 /// the limit in proportion but does not veto growth.
-const BACKGROUND_ERRORS: f64 = 0.01;
+pub(crate) const BACKGROUND_ERRORS: f64 = 0.01;
 
 /// Applies the error pressure to a latency-driven proposal: the limit loses half the failed
 /// share (a window of 20 % errors costs 10 %), and errors above the background veto growth.

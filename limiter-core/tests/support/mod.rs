@@ -38,6 +38,19 @@ impl Stream {
         LogNormal::new(0.0, 0.2).unwrap().sample(&mut self.rng)
     }
 
+    /// A sample at `latency_ns` with the limit in flight, or, for about one request in six,
+    /// a connect the limit refused: demand beyond the limit, clients piling up rather than
+    /// the same clients waiting longer.
+    pub fn at_the_limit(&mut self, limit: u32, latency_ns: u64) -> Event {
+        if self.jitter() > 1.2 {
+            return Event::Outcome(Outcome::Shed);
+        }
+        Event::Sample {
+            latency_ns,
+            inflight: limit,
+        }
+    }
+
     pub fn run<C: Controller + ?Sized>(
         &mut self,
         c: &mut C,

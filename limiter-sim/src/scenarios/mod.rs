@@ -16,6 +16,7 @@ mod mixed_sizes;
 mod production;
 mod recovery;
 mod rig;
+mod slow_query;
 mod streaming;
 
 use limiter_core::{Controller, Outcome};
@@ -51,6 +52,7 @@ pub const ALL: &[Scenario] = &[
     recovery::SCENARIO,
     goodbye::SCENARIO,
     keepalive_pool::SCENARIO,
+    slow_query::SCENARIO,
 ];
 
 pub fn find(name: &str) -> Option<&'static Scenario> {
