@@ -8,7 +8,7 @@ use crate::demand::DemandFloor;
 use crate::evidence::EvidencePoint;
 use crate::filter::LatencyFilter;
 use crate::guard::GrowthGuard;
-use crate::recovery::Recovery;
+use crate::recovery::{Recovery, WindowView};
 use crate::slow_start::SlowStart;
 use crate::window::{WindowSummary, Windows};
 use crate::{Controller, Outcome};
@@ -148,7 +148,11 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             self.slow_start
                 .restart(now_ns, self.limit.max(self.capacity.unwrap_or(0.0)));
             self.recovery.followed(p90);
-        } else if let Some(healthy) = self.recovery.observe(p90, baseline, self.limit) {
+        } else if let Some(healthy) = self.recovery.observe(WindowView {
+            p90,
+            baseline,
+            limit: self.limit,
+        }) {
             self.capacity = Some(healthy);
         }
         Some(LatencyView {
@@ -192,6 +196,14 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             // Learning: growth is the slow start's, on demand actually refused; the
             // algorithm's would rest on a baseline that is not one yet.
             proposed = proposed.min(self.limit);
+        }
+        if let (Some(view), 0.0, 0) = (&verdict.latency, error_pressure, window.sheds) {
+            // The smoothed latency lags by windows: once the newest window is back in the
+            // band and refused nothing, there is no queue to cut (a slow one next would cut
+            // then). Demand beyond the limit is Vegas's to regulate inside the band.
+            if view.latest < ELEVATED * view.baseline {
+                proposed = proposed.max(self.limit);
+            }
         }
         let mut allowed = self.guard.allow(self.limit, proposed, window.dispersed);
         // A window that refused connects had demand beyond the limit: not the same clients

@@ -1,17 +1,33 @@
 //! Coming back from a slowdown: the limit that served the upstream when it was healthy is
-//! remembered, and once the latency is back well under the service time the baseline had
-//! to follow, the limit returns to it at once instead of climbing back window by window.
+//! remembered, and once the upstream is fast again the limit returns to it at once instead
+//! of climbing back window by window. Fast again means either the latency is back well under
+//! the service time the baseline had to follow, or it is back at the baseline, from at least
+//! twice it, under a limit no lower than the slow window's: the upstream sped up by itself.
+//! A latency that came down because the limit was cut (our own queue drained) is no
+//! recovery: going back would rebuild that queue.
 
 /// A p90 this far under the slow service time the baseline followed is a recovery...
 const RECOVERED: f64 = 0.5;
 /// ...and a window's p90 within this multiple of the baseline is healthy.
 const HEALTHY: f64 = 1.25;
 
-/// The last healthy limit, and the slow service time it is waiting to see the end of.
+/// One window as recovery reads it.
+#[derive(Clone, Copy, Debug)]
+pub struct WindowView {
+    pub p90: f64,
+    pub baseline: f64,
+    /// The limit in force during the window.
+    pub limit: f64,
+}
+
+/// The last healthy limit, and the slowdown it is waiting to see the end of.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Recovery {
     healthy_limit: f64,
     slow_p90: Option<f64>,
+    /// The limit of the newest window since the last healthy one that was slower than the
+    /// baseline by the recovery's own margin (at least 1 / RECOVERED).
+    slow_limit: Option<f64>,
 }
 
 impl Recovery {
@@ -20,22 +36,29 @@ impl Recovery {
         self.slow_p90 = Some(p90);
     }
 
-    /// One window: its p90, the baseline and the limit in force. Returns the limit to go
-    /// back to when the window shows the upstream recovered from a slowdown.
-    pub fn observe(&mut self, p90: f64, baseline: f64, limit: f64) -> Option<f64> {
-        match self.slow_p90 {
-            Some(slow) if p90 <= RECOVERED * slow => {
-                self.slow_p90 = None;
-                Some(self.healthy_limit)
+    /// One window. Returns the limit to go back to when the window shows the upstream
+    /// recovered from a slowdown.
+    pub fn observe(&mut self, w: WindowView) -> Option<f64> {
+        if let Some(slow) = self.slow_p90 {
+            if w.p90 > RECOVERED * slow {
+                return None;
             }
-            Some(_) => None,
-            None => {
-                if p90 <= HEALTHY * baseline {
-                    self.healthy_limit = limit;
-                }
-                None
-            }
+            self.slow_p90 = None;
+            self.slow_limit = None;
+            return Some(self.healthy_limit);
         }
+        if w.p90 > HEALTHY * w.baseline {
+            if RECOVERED * w.p90 >= w.baseline {
+                self.slow_limit = Some(w.limit);
+            }
+            return None;
+        }
+        let sped_up = self.slow_limit.take().is_some_and(|limit| w.limit >= limit);
+        if sped_up && self.healthy_limit > w.limit {
+            return Some(self.healthy_limit);
+        }
+        self.healthy_limit = w.limit;
+        None
     }
 }
 
@@ -43,18 +66,48 @@ impl Recovery {
 mod tests {
     use super::*;
 
+    fn window(p90: f64, baseline: f64, limit: f64) -> WindowView {
+        WindowView {
+            p90,
+            baseline,
+            limit,
+        }
+    }
+
     #[test]
     fn returns_to_the_last_healthy_limit_once_the_slowdown_is_over() {
         let mut r = Recovery::default();
-        assert_eq!(r.observe(30.0, 30.0, 80.0), None);
+        assert_eq!(r.observe(window(30.0, 30.0, 80.0)), None);
         assert_eq!(
-            r.observe(900.0, 30.0, 60.0),
+            r.observe(window(900.0, 30.0, 60.0)),
             None,
             "not healthy: not remembered"
         );
         r.followed(900.0);
-        assert_eq!(r.observe(950.0, 900.0, 8.0), None, "still slow");
-        assert_eq!(r.observe(40.0, 900.0, 8.0), Some(80.0));
-        assert_eq!(r.observe(40.0, 900.0, 8.0), None, "once");
+        assert_eq!(r.observe(window(950.0, 900.0, 8.0)), None, "still slow");
+        assert_eq!(r.observe(window(40.0, 900.0, 8.0)), Some(80.0));
+        assert_eq!(r.observe(window(40.0, 900.0, 8.0)), None, "once");
+    }
+
+    #[test]
+    fn an_upstream_that_sped_up_under_the_same_concurrency_gets_its_limit_back() {
+        let mut r = Recovery::default();
+        r.observe(window(30.0, 30.0, 70.0));
+        r.observe(window(600.0, 30.0, 6.0));
+        assert_eq!(r.observe(window(31.0, 30.0, 6.0)), Some(70.0));
+    }
+
+    #[test]
+    fn a_latency_our_cut_brought_down_is_no_recovery() {
+        let mut r = Recovery::default();
+        r.observe(window(30.0, 30.0, 110.0));
+        r.observe(window(66.0, 30.0, 110.0));
+        assert_eq!(r.observe(window(33.0, 30.0, 56.0)), None, "cut since");
+        r.observe(window(40.0, 30.0, 56.0));
+        assert_eq!(
+            r.observe(window(33.0, 30.0, 56.0)),
+            None,
+            "only a little slower: noise around the band"
+        );
     }
 }

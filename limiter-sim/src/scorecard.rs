@@ -161,7 +161,7 @@ pub const EXPECTED_FAILURES: &[ExpectedFailure] = &[
     ExpectedFailure {
         scenario: "mixed-sizes",
         algorithm: Algorithm::Gateway,
-        reason: "reads every window whose p90 is a large request as a 15x slowdown against its 60 s fastest and halves the limit: 1254 refused.",
+        reason: "reads every window whose p90 is a large request as a 15x slowdown against its 60 s fastest and halves the limit: 440 refused.",
     },
     ExpectedFailure {
         scenario: "incident",

@@ -2,7 +2,7 @@
 //! by phase: where the limit goes after each change, and how soon.
 
 use limiter_core::{controller, ControlConfig};
-use limiter_sim::clients::{Load, RequestClass, Service};
+use limiter_sim::clients::{ClosedLoop, Load, RequestClass, Service};
 use limiter_sim::clock::secs;
 use limiter_sim::engine::{simulate, Setup};
 use limiter_sim::schedule::Schedule;
@@ -179,12 +179,44 @@ fn a_thirtyfold_slowdown_sheds_before_any_slow_call_completes() {
     assert!(slow <= healthy / 2, "from {healthy} to {slow}");
 }
 
-/// A closed-loop client keeping 16 requests in flight (one connection each) against an
-/// upstream answering in 5 ms, which turns twenty times slower for a minute and then
-/// recovers: the agent's end-to-end case. An outbound limiter must shed while the upstream
-/// is slower than its own normal, and let the client back in once it is not.
+/// 64 clients that think 15 ms between requests (one connection each) keep about 16 in
+/// flight against an upstream answering in 5 ms, which turns twenty times slower for a
+/// minute and then recovers: waiting longer, the same clients would hold 55 connections.
+/// An outbound limiter must shed that pile-up while the upstream is slower than its own
+/// normal, and let the clients back in once it is not.
 #[test]
-fn a_twentyfold_slowdown_of_a_closed_loop_client_sheds_then_lets_it_back_in() {
+fn a_twentyfold_slowdown_of_clients_piling_up_sheds_then_lets_them_back_in() {
+    const HEALTHY_INFLIGHT: u32 = 16;
+    let upstream = UpstreamSpec {
+        latency_factor: Schedule::constant(1.0).step(60.0, 20.0).step(120.0, 1.0),
+        ..UpstreamSpec::steady(1_000)
+    };
+    let trace = run(
+        150.0,
+        upstream,
+        Service::lognormal(0.005, SIGMA),
+        Load::Closed(ClosedLoop {
+            workers: 64,
+            retry_after_s: 0.1,
+            think_s: 0.015,
+            at_once: false,
+        }),
+    );
+    assert_eq!(trace.shed(secs(1.0), secs(60.0)), 0, "healthy");
+    assert!(trace.limit_at(secs(69.9)) < 2 * HEALTHY_INFLIGHT, "falling");
+    assert!(trace.shed(secs(60.0), secs(70.0)) > 0, "shedding");
+    assert!(
+        trace.max_limit(secs(70.0), secs(120.0)) < 2 * HEALTHY_INFLIGHT,
+        "slow"
+    );
+    assert_eq!(trace.shed(secs(130.0), secs(150.0)), 0, "recovered");
+}
+
+/// A closed-loop client keeping 16 requests in flight against the same upstream: waiting
+/// longer, it still holds 16 connections. Refusing some of them spares the upstream, whose
+/// workers are many, nothing: the limit stays at what the client held while healthy.
+#[test]
+fn a_twentyfold_slowdown_of_the_same_clients_waiting_longer_refuses_none() {
     const CLIENTS: u32 = 16;
     let upstream = UpstreamSpec {
         latency_factor: Schedule::constant(1.0).step(60.0, 20.0).step(120.0, 1.0),
@@ -196,8 +228,7 @@ fn a_twentyfold_slowdown_of_a_closed_loop_client_sheds_then_lets_it_back_in() {
         Service::lognormal(0.005, SIGMA),
         Load::closed(CLIENTS, 0.1),
     );
-    assert!(trace.limit_at(secs(59.9)) > CLIENTS, "healthy");
-    assert!(trace.limit_at(secs(69.9)) < CLIENTS, "falling");
-    assert!(trace.max_limit(secs(70.0), secs(120.0)) < CLIENTS, "slow");
-    assert!(trace.limit_at(secs(149.9)) >= CLIENTS, "recovered");
+    assert!(trace.limit_at(secs(59.9)) >= CLIENTS, "healthy");
+    assert!(trace.min_limit(secs(60.0), secs(150.0)) >= CLIENTS);
+    assert_eq!(trace.shed(secs(1.0), secs(150.0)), 0);
 }

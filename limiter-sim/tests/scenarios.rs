@@ -38,15 +38,14 @@ scenario_tests! {
     production => "production",
     streaming => "streaming",
     low_traffic => "low-traffic",
-    #[ignore = "not passing yet: limit p5..p95 124..128 against 80..120 (docs/simulation.md)"]
+    #[ignore = "not passing yet: limit p95 122 against 80..120 (docs/simulation.md)"]
     baseline_shift => "baseline-shift",
     errors => "errors",
     #[ignore = "not passing yet: one connect refused while the large requests fill in (docs/simulation.md)"]
     mixed_sizes => "mixed-sizes",
     healthy_start => "healthy-start",
-    #[ignore = "not passing yet: 9 of 34 requests/s with a 2 s timeout (docs/simulation.md)"]
+    #[ignore = "not passing yet: 31.5 and 33.7 of 34 requests/s, in-flight p95 61 against 41.6 (docs/simulation.md)"]
     incident => "incident",
-    #[ignore = "not passing yet: 452 connects shed after the 2 s-timeout incident (docs/simulation.md)"]
     recovery => "recovery",
     goodbye => "goodbye",
     keepalive_pool => "keepalive-pool",
