@@ -41,7 +41,11 @@ fn the_limit_follows_a_slow_upstream_down_and_back_up_leaving_others_alone() {
     });
     let (shed_before, steady_shed) = (slow["shed"].clone(), fine["shed"].clone());
 
+    // Requests arriving at their own pace pile up on a slower upstream: here, twice the
+    // connections healthy traffic held. (The same clients merely waiting longer hold no more
+    // connections than before, and the limit does not cut below those.)
     slowing.set_delay_ms(SLOW_MS);
+    let piling_up = CurlLoad::start(&cg, &slowing, LOAD);
     let (slow, fine) = watch.until(
         "the slow upstream's limit to fall and refuse connects",
         |slow, _| !healthy(slow) && slow["shed"].as_i64() > shed_before.as_i64(),
@@ -63,6 +67,7 @@ fn the_limit_follows_a_slow_upstream_down_and_back_up_leaving_others_alone() {
     }
 
     slowing.set_delay_ms(NORMAL_MS);
+    drop(piling_up);
     let (slow, _) = watch.until("the limit to climb back above the load", |slow, _| {
         healthy(slow)
     });
@@ -151,6 +156,7 @@ fn shadow_mode_refuses_nothing_and_reports_what_it_would_have_shed() {
         row(&cg, up.addr).is_some_and(|r| has_baseline(&r)) && get("limit") >= LOAD as i64
     });
     up.set_delay_ms(100);
+    let _piling_up = CurlLoad::start(&cg, &up, LOAD);
     wait_until("would_shed under the slowdown", || {
         get("limit") < LOAD as i64 && get("would_shed") > 0
     });
