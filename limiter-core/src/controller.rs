@@ -47,6 +47,8 @@ pub struct DestinationController<A = AnyAlgorithm> {
     flat_windows: u32,
     /// When the limit was last lowered.
     cut_at_ns: u64,
+    /// No update yet: the limit is the upper bound (see [`Controller::update`]).
+    first_update: bool,
 }
 
 impl DestinationController<AnyAlgorithm> {
@@ -66,7 +68,7 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             min_samples: cfg.pipeline.min_samples,
             smoothing: cfg.pipeline.latency_smoothing,
             limit: f64::from(limits.initial),
-            published: limits.initial,
+            published: limits.max,
             windows: Windows::new(cfg.pipeline, now_ns),
             filter: LatencyFilter::new(cfg.pipeline.latency_smoothing),
             baseline: Baseline::default(),
@@ -78,6 +80,7 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             learned: false,
             flat_windows: 0,
             cut_at_ns: 0,
+            first_update: true,
         }
     }
 
@@ -266,7 +269,15 @@ impl<A: LimitAlgorithm> Controller for DestinationController<A> {
         self.windows.record_outcome(outcome);
     }
 
+    /// Until its first update a new destination refuses nothing below the upper bound: a
+    /// burst on attach is traffic, not overload. The first update starts the limit at what
+    /// that traffic was seen to hold (the highest in-flight a sample started at), and never
+    /// under the initial limit.
     fn update(&mut self, now_ns: u64) -> u32 {
+        if std::mem::take(&mut self.first_update) {
+            let seen = f64::from(self.windows.peak_inflight());
+            self.set_limit(self.limit.max(seen));
+        }
         if let Some(window) = self.windows.close_if_due(now_ns) {
             self.close(window, now_ns);
         }

@@ -151,6 +151,11 @@ impl Windows {
         }
     }
 
+    /// The highest in-flight count a sample of the open window started at.
+    pub fn peak_inflight(&self) -> u32 {
+        self.peak_inflight
+    }
+
     /// The slowest latency of the open window, if it has a sample.
     pub fn slowest(&self) -> Option<u64> {
         (self.samples > 0).then_some(self.max_latency_ns)

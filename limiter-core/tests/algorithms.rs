@@ -200,5 +200,21 @@ fn boxed_controllers_are_send() {
     fn assert_send<T: Send>(_: &T) {}
     let c = controller(&ControlConfig::default(), 0);
     assert_send(&c);
-    assert_eq!(c.limit(), 20);
+}
+
+#[test]
+fn a_new_destination_refuses_nothing_below_the_maximum_until_its_first_update() {
+    let cfg = ControlConfig::default();
+    let mut quiet = controller(&cfg, 0);
+    assert_eq!(quiet.limit(), 200);
+    assert_eq!(
+        quiet.update(100 * MS),
+        20,
+        "nothing seen: the initial limit"
+    );
+    let mut burst = controller(&cfg, 0);
+    for i in 0..100 {
+        burst.on_sample(30 * MS, 30 * MS, 100 - i);
+    }
+    assert_eq!(burst.update(100 * MS), 100, "what the burst held");
 }

@@ -51,15 +51,21 @@ fn within(trace: &Trace, (from_s, to_s): (f64, f64), lo: f64, hi: f64) {
     );
 }
 
+/// Over seeds 1 to 5. Not every seed holds: a slow start that overshot can leave the
+/// baseline a few percent high, and the limit then holds at 122 to 128 (seeds 7, 10 and 12
+/// of the first twelve; docs/simulation.md has the rate over 200 seeds of the scenario).
 #[test]
 fn converges_to_capacity_and_holds_within_20_percent() {
-    let trace = run(
-        600.0,
-        UpstreamSpec::steady(100),
-        Service::lognormal(0.1, SIGMA),
-        saturating(),
-    );
-    within(&trace, (300.0, 600.0), 80.0, 120.0);
+    for seed in 1..=5 {
+        let trace = run_seeded(
+            seed,
+            600.0,
+            UpstreamSpec::steady(100),
+            Service::lognormal(0.1, SIGMA),
+            saturating(),
+        );
+        within(&trace, (300.0, 600.0), 80.0, 120.0);
+    }
 }
 
 /// Clients that retry a refused connect after 1 ms refuse many times over between two
@@ -79,6 +85,7 @@ fn clients_retrying_refusals_at_once_still_converge_to_capacity() {
     }
 }
 
+/// Over seeds 1 to 5, as convergence.
 #[test]
 fn capacity_halves_then_returns() {
     let upstream = UpstreamSpec {
@@ -87,14 +94,17 @@ fn capacity_halves_then_returns() {
             .step(300.0, 100.0),
         ..UpstreamSpec::steady(100)
     };
-    let trace = run(
-        480.0,
-        upstream,
-        Service::lognormal(0.1, SIGMA),
-        saturating(),
-    );
-    within(&trace, (180.0, 300.0), 40.0, 60.0);
-    within(&trace, (420.0, 480.0), 80.0, 120.0);
+    for seed in 1..=5 {
+        let trace = run_seeded(
+            seed,
+            480.0,
+            upstream.clone(),
+            Service::lognormal(0.1, SIGMA),
+            saturating(),
+        );
+        within(&trace, (180.0, 300.0), 40.0, 60.0);
+        within(&trace, (420.0, 480.0), 80.0, 120.0);
+    }
 }
 
 #[test]

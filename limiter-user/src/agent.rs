@@ -58,7 +58,7 @@ pub struct Options {
 fn settings(config: &Config, plan: &ResolvedConfig) -> Settings {
     Settings {
         default_mode: config.mode,
-        initial_limit: plan.initial_limit(),
+        unseen_limit: plan.unseen_limit(),
         heartbeat_timeout: Duration::from_secs(config.heartbeat_timeout_secs),
         max_destinations: config.max_destinations,
         policies: plan.static_policies(),

@@ -27,7 +27,8 @@ const WAKEUP_BYTES: u32 = 64 * 1024;
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub default_mode: Mode,
-    pub initial_limit: u32,
+    /// The limit of a destination no policy covers yet.
+    pub unseen_limit: u32,
     pub heartbeat_timeout: Duration,
     pub max_destinations: u32,
     /// Written before any connect is seen (exclusions, grouped addresses).
@@ -235,7 +236,7 @@ fn configure(maps: &mut Maps, settings: &Settings) -> Result<()> {
     maps.set_config(&LimiterConfig {
         abi_version: ABI_VERSION,
         default_mode: settings.default_mode.abi(),
-        initial_limit: settings.initial_limit,
+        initial_limit: settings.unseen_limit,
         wakeup_bytes: WAKEUP_BYTES,
         heartbeat_ns: monotonic_ns(),
         heartbeat_timeout_ns: settings.heartbeat_timeout.as_nanos() as u64,

@@ -146,14 +146,17 @@ impl ResolvedConfig {
             .map_or(&self.control, |d| &d.control)
     }
 
-    pub fn initial_limit(&self) -> u32 {
-        self.control.effective_limits().initial
+    /// The limit of a destination no policy covers yet: the upper bound, so that a burst on
+    /// attach is never refused below it before the destination's controller has a word.
+    pub fn unseen_limit(&self) -> u32 {
+        self.control.effective_limits().max
     }
 
-    /// The policy a destination gets before its controller has said anything.
+    /// The policy a destination gets before its controller has said anything: the upper
+    /// bound, for the same reason.
     pub fn initial_policy(&self, key: &DestKey) -> DestPolicy {
         let mut policy = DestPolicy {
-            limit: self.control_for(key).effective_limits().initial,
+            limit: self.control_for(key).effective_limits().max,
             ..DestPolicy::default()
         };
         if let Some(d) = self.destinations.get(key) {

@@ -164,19 +164,17 @@ fn shadow_mode_refuses_nothing_and_reports_what_it_would_have_shed() {
     assert_eq!(row(&cg, up.addr).unwrap()["mode"], "shadow");
 }
 
-/// A destination the controller has not learned yet grows its limit to the connects it
-/// refused: a burst that meets the initial limit is refused once, not for as long as it
-/// takes to learn a latency.
+/// A burst on attach is traffic, not overload: until its controller's first word a new
+/// destination refuses nothing below the maximum limit, whatever the initial limit.
 #[kernel_test]
-fn refusals_while_learning_raise_the_limit_to_the_demand() {
+fn a_burst_on_attach_is_admitted_up_to_the_maximum_limit() {
     let cg = TestCgroup::new("learnburst");
     let up = Upstream::start("127.0.0.1:0", Behaviour::Hold);
-    let _agent = Agent::start(&cg, &["--initial-limit", "4"]);
-    let (_first, lines) = Probe::hold(&cg, up.addr, 10);
-    assert_eq!(tally(&lines), (4, 6, 0));
-    wait_until("the limit to meet the refused demand", || {
-        field(&cg, up.addr, "limit") >= 10
-    });
-    let (_second, lines) = Probe::hold(&cg, up.addr, 6);
-    assert_eq!(tally(&lines), (6, 0, 0), "the refused demand fits now");
+    let _agent = Agent::start(&cg, &["--initial-limit", "4", "--max-limit", "8"]);
+    let (_held, lines) = Probe::hold(&cg, up.addr, 10);
+    assert_eq!(
+        tally(&lines),
+        (8, 2, 0),
+        "the maximum bounds it, not the initial limit"
+    );
 }

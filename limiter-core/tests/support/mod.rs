@@ -58,6 +58,11 @@ impl Stream {
         per_sec: f64,
         mut event: impl FnMut(u32, &mut Self) -> Event,
     ) -> Vec<u32> {
+        if self.now == 0 {
+            // The stream's events follow the limit: a first update before any of them
+            // starts it where a destination with no traffic yet does.
+            c.update(0);
+        }
         let mut limits = Vec::new();
         let mut owed = 0.0;
         let end = self.now + seconds * SEC;
