@@ -38,13 +38,12 @@ scenario_tests! {
     production => "production",
     streaming => "streaming",
     low_traffic => "low-traffic",
-    #[ignore = "not passing yet: limit p95 122 against 80..120 (docs/simulation.md)"]
     baseline_shift => "baseline-shift",
     errors => "errors",
     #[ignore = "not passing yet: one connect refused while the large requests fill in (docs/simulation.md)"]
     mixed_sizes => "mixed-sizes",
     healthy_start => "healthy-start",
-    #[ignore = "not passing yet: 31.5 and 33.7 of 34 requests/s, in-flight p95 61 against 41.6 (docs/simulation.md)"]
+    #[ignore = "not passing yet: 23.2 and 32.8 of 34 requests/s, in-flight p95 43 against 41.6 (docs/simulation.md)"]
     incident => "incident",
     recovery => "recovery",
     goodbye => "goodbye",
