@@ -20,6 +20,9 @@ const ELEVATED: f64 = 1.25;
 /// Windows running that must show a cut of in-flight leaving the latency where it was: one
 /// could be the noise of a small window.
 const FLAT_WINDOWS: u32 = 2;
+/// How long a new destination's traffic is watched before its limit starts: a burst on
+/// attach (a proxy's connection per client request) has its answers by then.
+const FIRST_WORD_NS: u64 = 100_000_000;
 
 /// A destination's controller, generic over its algorithm; [`DestinationController::new`]
 /// picks the algorithm from the configuration.
@@ -47,8 +50,8 @@ pub struct DestinationController<A = AnyAlgorithm> {
     flat_windows: u32,
     /// When the limit was last lowered.
     cut_at_ns: u64,
-    /// No update yet: the limit is the upper bound (see [`Controller::update`]).
-    first_update: bool,
+    /// Until this time the limit is the upper bound (see [`Controller::update`]).
+    first_word_at: Option<u64>,
 }
 
 impl DestinationController<AnyAlgorithm> {
@@ -80,7 +83,7 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             learned: false,
             flat_windows: 0,
             cut_at_ns: 0,
-            first_update: true,
+            first_word_at: Some(now_ns + FIRST_WORD_NS),
         }
     }
 
@@ -269,12 +272,16 @@ impl<A: LimitAlgorithm> Controller for DestinationController<A> {
         self.windows.record_outcome(outcome);
     }
 
-    /// Until its first update a new destination refuses nothing below the upper bound: a
-    /// burst on attach is traffic, not overload. The first update starts the limit at what
-    /// that traffic was seen to hold (the highest in-flight a sample started at), and never
-    /// under the initial limit.
+    /// For its first [`FIRST_WORD_NS`] a new destination refuses nothing below the upper
+    /// bound: a burst on attach is traffic, not overload. The first update after that starts
+    /// the limit at what that traffic was seen to hold (the highest in-flight a sample
+    /// started at), and never under the initial limit.
     fn update(&mut self, now_ns: u64) -> u32 {
-        if std::mem::take(&mut self.first_update) {
+        if let Some(at) = self.first_word_at {
+            if now_ns < at {
+                return self.published;
+            }
+            self.first_word_at = None;
             let seen = f64::from(self.windows.peak_inflight());
             self.set_limit(self.limit.max(seen));
         }

@@ -59,9 +59,10 @@ impl Stream {
         mut event: impl FnMut(u32, &mut Self) -> Event,
     ) -> Vec<u32> {
         if self.now == 0 {
-            // The stream's events follow the limit: a first update before any of them
-            // starts it where a destination with no traffic yet does.
-            c.update(0);
+            // The stream's events follow the limit: a first word before any of them starts
+            // it where a destination with no traffic yet does.
+            self.now = TICK;
+            c.update(self.now);
         }
         let mut limits = Vec::new();
         let mut owed = 0.0;
