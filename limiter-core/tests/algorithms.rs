@@ -203,10 +203,11 @@ fn boxed_controllers_are_send() {
 }
 
 #[test]
-fn a_new_destination_refuses_nothing_below_the_maximum_until_its_first_update() {
+fn a_new_destination_refuses_nothing_below_the_maximum_for_its_first_100_ms() {
     let cfg = ControlConfig::default();
     let mut quiet = controller(&cfg, 0);
     assert_eq!(quiet.limit(), 200);
+    assert_eq!(quiet.update(50 * MS), 200, "still watching");
     assert_eq!(
         quiet.update(100 * MS),
         20,
