@@ -246,7 +246,11 @@ fn a_slow_replica_gets_a_low_limit_and_its_overflow_lands_on_the_healthy_one() {
         row(&cg, slowing.addr).is_some_and(|r| r["baseline_ms"].is_number())
             && get(&slowing, "limit") >= LOAD as i64
     });
+    // Connections pile up on the slower replica (a second load), as requests arriving at
+    // their own pace do; the same clients merely waiting longer are not cut below their
+    // number.
     slowing.set_delay_ms(100);
+    let piling_up = CurlLoad::start(&cg, &slowing, LOAD);
     wait_until(
         "the slow replica's limit to fall and the healthy one to serve the overflow",
         || {
@@ -255,7 +259,7 @@ fn a_slow_replica_gets_a_low_limit_and_its_overflow_lands_on_the_healthy_one() {
                 && p90(&healthy).is_some()
         },
     );
-    drop(load);
+    drop((load, piling_up));
     wait_until("the load to end", || {
         get(&slowing, "inflight") == 0 && get(&healthy, "inflight") == 0
     });
