@@ -311,7 +311,7 @@ int limiter_egress(struct __sk_buff *skb)
 		return 1; /* observe only: always let the packet through */
 	ss = packet_sock_state(skb);
 	if (ss)
-		on_egress(ss, &seg);
+		on_egress(ss, &seg, skb->tstamp);
 	return 1;
 }
 
