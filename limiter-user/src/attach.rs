@@ -306,6 +306,7 @@ fn load_and_attach(
         .map_max_entries(maps::POLICIES, policies_capacity(settings))
         .map_max_entries(maps::SIGNALS, settings.signal_buffer_bytes)
         .override_global("have_set_retval", &u8::from(kernel.has_set_retval), true)
+        .override_global("have_coarse_clock", &u8::from(kernel.has_coarse_clock), true)
         .override_global("events_wakeup_bytes", &wakeup_bytes(EVENTS_BYTES), true)
         .override_global(
             "signals_wakeup_bytes",

@@ -15,6 +15,8 @@ const CAP_BPF: u32 = 39;
 pub struct Kernel {
     /// `bpf_set_retval` (5.18+) lets a refused connect fail with ECONNREFUSED, not EPERM.
     pub has_set_retval: bool,
+    /// `bpf_ktime_get_coarse_ns` (5.11+) dates slot returns without a precise clock read.
+    pub has_coarse_clock: bool,
 }
 
 /// Makes the agent use the programs as it would on an older kernel (`5.17`), so that the
@@ -54,6 +56,7 @@ fn kernel_features(version: KernelVersion) -> Result<Kernel> {
     }
     Ok(Kernel {
         has_set_retval: version >= KernelVersion::new(5, 18, 0),
+        has_coarse_clock: version >= KernelVersion::new(5, 11, 0),
     })
 }
 
@@ -103,6 +106,20 @@ mod tests {
             kernel_features(KernelVersion::new(5, 18, 0))
                 .unwrap()
                 .has_set_retval
+        );
+    }
+
+    #[test]
+    fn the_coarse_clock_is_used_from_5_11() {
+        assert!(
+            !kernel_features(KernelVersion::new(5, 10, 0))
+                .unwrap()
+                .has_coarse_clock
+        );
+        assert!(
+            kernel_features(KernelVersion::new(5, 11, 0))
+                .unwrap()
+                .has_coarse_clock
         );
     }
 }
