@@ -17,6 +17,9 @@ pub struct Kernel {
     pub has_set_retval: bool,
     /// `bpf_ktime_get_coarse_ns` (5.11+) dates slot returns without a precise clock read.
     pub has_coarse_clock: bool,
+    /// `bpf_sk_storage_get` takes any socket (5.11+), not only full ones: a packet's socket
+    /// is looked up without `bpf_sk_fullsock` first.
+    pub storage_takes_any_socket: bool,
 }
 
 /// Makes the agent use the programs as it would on an older kernel (`5.17`), so that the
@@ -57,6 +60,7 @@ fn kernel_features(version: KernelVersion) -> Result<Kernel> {
     Ok(Kernel {
         has_set_retval: version >= KernelVersion::new(5, 18, 0),
         has_coarse_clock: version >= KernelVersion::new(5, 11, 0),
+        storage_takes_any_socket: version >= KernelVersion::new(5, 11, 0),
     })
 }
 
@@ -110,16 +114,10 @@ mod tests {
     }
 
     #[test]
-    fn the_coarse_clock_is_used_from_5_11() {
-        assert!(
-            !kernel_features(KernelVersion::new(5, 10, 0))
-                .unwrap()
-                .has_coarse_clock
-        );
-        assert!(
-            kernel_features(KernelVersion::new(5, 11, 0))
-                .unwrap()
-                .has_coarse_clock
-        );
+    fn the_coarse_clock_and_storage_of_any_socket_are_used_from_5_11() {
+        let old = kernel_features(KernelVersion::new(5, 10, 0)).unwrap();
+        assert!(!old.has_coarse_clock && !old.storage_takes_any_socket);
+        let new = kernel_features(KernelVersion::new(5, 11, 0)).unwrap();
+        assert!(new.has_coarse_clock && new.storage_takes_any_socket);
     }
 }

@@ -62,22 +62,6 @@ fn before_5_18_connects_at_the_limit_fail_with_eperm() {
     assert_eq!(field(&cg, up.addr, "shed"), 2);
 }
 
-/// Kernels before 5.11 lack the coarse clock that dates a returned slot: the agent is told
-/// the kernel is older, and the programs load and return slots with the precise clock.
-#[kernel_test]
-fn before_5_11_slots_come_back_without_the_coarse_clock() {
-    let cg = TestCgroup::new("precise-clock");
-    let up = upstream();
-    let mut agent = Command::new(agent_bin());
-    agent.env("LIMITER_ASSUME_KERNEL", "5.10");
-    let _agent = Agent::start_command(agent, &cg, &["--algorithm", "fixed", "--limit", "2"]);
-    let (probe, lines) = Probe::hold(&cg, up.addr, 2);
-    assert_eq!(tally(&lines[..2]), (2, 0, 0), "{lines:?}");
-    assert_eq!(field(&cg, up.addr, "inflight"), 2);
-    probe.release();
-    wait_until("the slots to come back", || field(&cg, up.addr, "inflight") == 0);
-}
-
 #[kernel_test]
 fn racing_connects_never_overshoot_the_limit() {
     let cg = TestCgroup::new("race");

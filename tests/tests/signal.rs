@@ -102,6 +102,27 @@ fn a_keep_alive_connection_gives_one_sample_per_exchange() {
     assert_eq!(wait_signals(&agent, up.addr, "handshake", 1).len(), 1);
 }
 
+/// Before 5.11 the programs look a packet's socket up through `bpf_sk_fullsock` and date
+/// a returned slot with the precise clock: the agent is told the kernel is older, and
+/// samples and slot returns are what they are on this one.
+#[kernel_test]
+fn before_5_11_samples_and_slot_returns_are_the_same() {
+    let cg = TestCgroup::new("before-5-11");
+    let mut agent = signal_logging();
+    agent.env("LIMITER_ASSUME_KERNEL", "5.10");
+    let agent = Agent::start_command(agent, &cg, &["--algorithm", "fixed", "--limit", "100"]);
+    let up = respond(2, 0);
+    let client = exchange(&cg, up.addr, &["--requests", "5"]);
+    wait_until("the connection to end", || {
+        field(&cg, up.addr, "inflight") == 0
+    });
+    let kernel = wait_signals(&agent, up.addr, "sample", 5);
+    assert_eq!(kernel.len(), 5);
+    for (k, c) in kernel.iter().zip(&client) {
+        assert_bounded(k.value_ns, 2, *c);
+    }
+}
+
 #[kernel_test]
 fn a_streamed_response_is_timed_to_its_first_byte() {
     let cg = TestCgroup::new("stream");

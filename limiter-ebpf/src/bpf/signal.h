@@ -65,6 +65,11 @@ static __always_inline int parse_tcp(struct __sk_buff *skb, struct tcp_segment *
 	return 0;
 }
 
+/* Set by the loader: 0 before Linux 5.11, whose bpf_sk_storage_get takes full sockets only.
+ * From 5.11 it takes any socket and finds nothing on the others, without a helper call to
+ * tell them apart first. */
+const volatile __u8 storage_takes_any_socket = 1;
+
 /* Our per-socket state for a packet's socket, if the connect hook admitted it. */
 static __always_inline struct sock_state *packet_sock_state(struct __sk_buff *skb)
 {
@@ -72,11 +77,11 @@ static __always_inline struct sock_state *packet_sock_state(struct __sk_buff *sk
 
 	if (!sk)
 		return 0;
-	/* Linux 5.10's bpf_sk_storage_get takes full sockets only; the packet, parsed already,
-	 * says the socket is TCP. */
-	sk = bpf_sk_fullsock(sk);
-	if (!sk)
-		return 0;
+	if (!storage_takes_any_socket) {
+		sk = bpf_sk_fullsock(sk);
+		if (!sk)
+			return 0;
+	}
 	return bpf_sk_storage_get(&sockets, sk, 0, 0);
 }
 
