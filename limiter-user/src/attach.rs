@@ -306,7 +306,11 @@ fn load_and_attach(
         .map_max_entries(maps::POLICIES, policies_capacity(settings))
         .map_max_entries(maps::SIGNALS, settings.signal_buffer_bytes)
         .override_global("have_set_retval", &u8::from(kernel.has_set_retval), true)
-        .override_global("have_coarse_clock", &u8::from(kernel.has_coarse_clock), true)
+        .override_global(
+            "have_coarse_clock",
+            &u8::from(kernel.has_coarse_clock),
+            true,
+        )
         .override_global(
             "storage_takes_any_socket",
             &u8::from(kernel.storage_takes_any_socket),
