@@ -6,7 +6,7 @@
 
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-pub const ABI_VERSION: u32 = 6;
+pub const ABI_VERSION: u32 = 7;
 
 /// A value the kernel wrote that no variant of the named ABI enum has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,6 +103,7 @@ impl EventKind {
 
 pub const MAX_PEERS: usize = 7;
 pub const PEERS_ENTRIES: u32 = 4096;
+pub const EVENTS_BYTES: u32 = 256 * 1024;
 
 abi_enum! {
     /// `limiter_signal.kind` (`LIMITER_SIGNAL_*`): what the kernel observed on a connection.
@@ -253,7 +254,7 @@ pub struct LimiterConfig {
     pub abi_version: u32,
     pub default_mode: u32,
     pub initial_limit: u32,
-    pub wakeup_bytes: u32,
+    pub _pad: u32,
     pub heartbeat_ns: u64,
     pub heartbeat_timeout_ns: u64,
 }

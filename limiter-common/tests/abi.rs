@@ -53,7 +53,7 @@ fn layouts() -> Vec<Layout> {
                 abi_version,
                 default_mode,
                 initial_limit,
-                wakeup_bytes,
+                _pad,
                 heartbeat_ns,
                 heartbeat_timeout_ns
             ]
@@ -93,10 +93,11 @@ fn layouts() -> Vec<Layout> {
     ]
 }
 
-const CONSTANTS: [(&str, u32); 7] = [
+const CONSTANTS: [(&str, u32); 8] = [
     ("LIMITER_ABI_VERSION", ABI_VERSION),
     ("LIMITER_MAX_PEERS", MAX_PEERS as u32),
     ("LIMITER_PEERS_ENTRIES", PEERS_ENTRIES),
+    ("LIMITER_EVENTS_BYTES", EVENTS_BYTES),
     ("LIMITER_SOCK_RST_SEEN", SOCK_RST_SEEN),
     ("LIMITER_SOCK_CONNECT_DONE", SOCK_CONNECT_DONE),
     ("LIMITER_SOCK_SEQ_VALID", SOCK_SEQ_VALID),

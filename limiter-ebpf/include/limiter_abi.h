@@ -13,7 +13,7 @@
 
 #include <linux/types.h>
 
-#define LIMITER_ABI_VERSION 6
+#define LIMITER_ABI_VERSION 7
 
 /* Modes. 0 in a per-destination policy means "use the global default". */
 #define LIMITER_MODE_DEFAULT 0
@@ -32,6 +32,9 @@
  * groups have an entry in the `peers` map, at most LIMITER_PEERS_ENTRIES of them. */
 #define LIMITER_MAX_PEERS 7
 #define LIMITER_PEERS_ENTRIES 4096
+
+/* Size of the `events` ring buffer (decisions); the agent sizes the `signals` one. */
+#define LIMITER_EVENTS_BYTES (256 * 1024)
 
 /* Signal kinds on the `signals` ring buffer. */
 #define LIMITER_SIGNAL_SAMPLE 1          /* request -> first response byte; value_ns = latency */
@@ -106,8 +109,7 @@ struct limiter_config {
 	__u32 abi_version;
 	__u32 default_mode;
 	__u32 initial_limit;
-	/* Ring-buffer bytes pending before the kernel forces a wake-up of the agent. */
-	__u32 wakeup_bytes;
+	__u32 _pad;
 	__u64 heartbeat_ns; /* CLOCK_MONOTONIC, refreshed by the agent */
 	__u64 heartbeat_timeout_ns;
 };

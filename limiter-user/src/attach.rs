@@ -11,7 +11,9 @@ use aya::{
     },
     Ebpf, EbpfLoader,
 };
-use limiter_common::{maps, DestKey, DestPeers, DestPolicy, LimiterConfig, SockState, ABI_VERSION};
+use limiter_common::{
+    maps, DestKey, DestPeers, DestPolicy, LimiterConfig, SockState, ABI_VERSION, EVENTS_BYTES,
+};
 use tracing::{info, warn};
 
 use crate::{
@@ -19,10 +21,17 @@ use crate::{
     preflight::Kernel,
 };
 
-/// Pending ring-buffer bytes at which the kernel wakes the agent (once per crossing, and
-/// at most a quarter of the ring): about 1 300 latency signals. Below that, the agent's
-/// own 100 ms drain picks them up; at 200 000 signals/s this is ~150 wake-ups a second.
+/// Pending ring-buffer bytes at which the kernel wakes the agent (once per crossing):
+/// about 1 300 latency signals. Below that, the agent's own 100 ms drain picks them up; at
+/// 200 000 signals/s this is ~150 wake-ups a second.
 const WAKEUP_BYTES: u32 = 64 * 1024;
+
+/// The wake-up threshold of a ring of `ring_bytes`: at most a quarter of it, so that the
+/// agent is woken well before the ring is full. Fixed when the programs are loaded, as
+/// the rings' sizes are.
+fn wakeup_bytes(ring_bytes: u32) -> u32 {
+    WAKEUP_BYTES.min(ring_bytes / 4)
+}
 
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -237,9 +246,9 @@ fn configure(maps: &mut Maps, settings: &Settings) -> Result<()> {
         abi_version: ABI_VERSION,
         default_mode: settings.default_mode.abi(),
         initial_limit: settings.unseen_limit,
-        wakeup_bytes: WAKEUP_BYTES,
         heartbeat_ns: monotonic_ns(),
         heartbeat_timeout_ns: settings.heartbeat_timeout.as_nanos() as u64,
+        ..LimiterConfig::default()
     })?;
     let live: HashSet<DestKey> = maps.dests.keys().filter_map(|k| k.ok()).collect();
     let configured: HashSet<DestKey> = settings.policies.iter().map(|(k, _)| *k).collect();
@@ -298,6 +307,22 @@ fn load_and_attach(
         .map_max_entries(maps::POLICIES, policies_capacity(settings))
         .map_max_entries(maps::SIGNALS, settings.signal_buffer_bytes)
         .override_global("have_set_retval", &u8::from(kernel.has_set_retval), true)
+        .override_global(
+            "have_coarse_clock",
+            &u8::from(kernel.has_coarse_clock),
+            true,
+        )
+        .override_global(
+            "storage_takes_any_socket",
+            &u8::from(kernel.storage_takes_any_socket),
+            true,
+        )
+        .override_global("events_wakeup_bytes", &wakeup_bytes(EVENTS_BYTES), true)
+        .override_global(
+            "signals_wakeup_bytes",
+            &wakeup_bytes(settings.signal_buffer_bytes),
+            true,
+        )
         .load(limiter_ebpf::OBJECT)
         .context("cannot load the eBPF object")?;
     let mut maps = Maps::from_ebpf(&mut ebpf)?;
@@ -386,4 +411,16 @@ fn attach_hint(what: &str) -> String {
     format!(
         "cannot attach {what} to the cgroup (is another BPF program of that kind attached to it?)"
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ring_wakes_the_agent_at_most_a_quarter_full() {
+        assert_eq!(wakeup_bytes(4 * 1024), 1024);
+        assert_eq!(wakeup_bytes(EVENTS_BYTES), EVENTS_BYTES / 4);
+        assert_eq!(wakeup_bytes(1024 * 1024), WAKEUP_BYTES);
+    }
 }

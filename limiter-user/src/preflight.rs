@@ -15,6 +15,11 @@ const CAP_BPF: u32 = 39;
 pub struct Kernel {
     /// `bpf_set_retval` (5.18+) lets a refused connect fail with ECONNREFUSED, not EPERM.
     pub has_set_retval: bool,
+    /// `bpf_ktime_get_coarse_ns` (5.11+) dates slot returns without a precise clock read.
+    pub has_coarse_clock: bool,
+    /// `bpf_sk_storage_get` takes any socket (5.11+), not only full ones: a packet's socket
+    /// is looked up without `bpf_sk_fullsock` first.
+    pub storage_takes_any_socket: bool,
 }
 
 /// Makes the agent use the programs as it would on an older kernel (`5.17`), so that the
@@ -54,6 +59,8 @@ fn kernel_features(version: KernelVersion) -> Result<Kernel> {
     }
     Ok(Kernel {
         has_set_retval: version >= KernelVersion::new(5, 18, 0),
+        has_coarse_clock: version >= KernelVersion::new(5, 11, 0),
+        storage_takes_any_socket: version >= KernelVersion::new(5, 11, 0),
     })
 }
 
@@ -104,5 +111,13 @@ mod tests {
                 .unwrap()
                 .has_set_retval
         );
+    }
+
+    #[test]
+    fn the_coarse_clock_and_storage_of_any_socket_are_used_from_5_11() {
+        let old = kernel_features(KernelVersion::new(5, 10, 0)).unwrap();
+        assert!(!old.has_coarse_clock && !old.storage_takes_any_socket);
+        let new = kernel_features(KernelVersion::new(5, 11, 0)).unwrap();
+        assert!(new.has_coarse_clock && new.storage_takes_any_socket);
     }
 }

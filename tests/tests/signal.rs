@@ -1,6 +1,6 @@
 //! The latency signal: samples and outcomes from unmodified traffic (root, real kernel).
 
-use std::{net::SocketAddr, time::Duration};
+use std::{net::SocketAddr, process::Command, time::Duration};
 
 use limiter_integration_tests::*;
 
@@ -15,11 +15,11 @@ fn respond(first_byte_ms: u64, hold_ms: u64) -> Upstream {
 }
 
 fn start(cg: &TestCgroup) -> Agent {
-    Agent::start_command(
-        signal_logging(),
-        cg,
-        &["--algorithm", "fixed", "--limit", "100"],
-    )
+    start_command(cg, signal_logging())
+}
+
+fn start_command(cg: &TestCgroup, agent: Command) -> Agent {
+    Agent::start_command(agent, cg, &["--algorithm", "fixed", "--limit", "100"])
 }
 
 /// Runs an exchange probe and returns the client's own time-to-first-byte figures.
@@ -84,22 +84,40 @@ fn samples_lie_between_the_upstreams_delay_and_the_clients_own_time_to_first_byt
     }
 }
 
+/// `requests` exchanges on one keep-alive connection: one sample each, within its bounds,
+/// one handshake, and the connection's slot back once it ends.
+fn assert_keep_alive_samples(cg: &TestCgroup, agent: &Agent, requests: usize) {
+    let up = respond(2, 0);
+    let client = exchange(cg, up.addr, &["--requests", &requests.to_string()]);
+    assert_eq!(client.len(), requests);
+    wait_until("the connection to end", || {
+        field(cg, up.addr, "inflight") == 0
+    });
+    let kernel = wait_signals(agent, up.addr, "sample", requests);
+    assert_eq!(kernel.len(), requests);
+    for (k, c) in kernel.iter().zip(&client) {
+        assert_bounded(k.value_ns, 2, *c);
+    }
+    assert_eq!(wait_signals(agent, up.addr, "handshake", 1).len(), 1);
+}
+
 #[kernel_test]
 fn a_keep_alive_connection_gives_one_sample_per_exchange() {
     let cg = TestCgroup::new("keepalive");
     let agent = start(&cg);
-    let up = respond(2, 0);
-    let client = exchange(&cg, up.addr, &["--requests", "20"]);
-    assert_eq!(client.len(), 20);
-    wait_until("the connection to end", || {
-        field(&cg, up.addr, "inflight") == 0
-    });
-    let kernel = wait_signals(&agent, up.addr, "sample", 20);
-    assert_eq!(kernel.len(), 20);
-    for (k, c) in kernel.iter().zip(&client) {
-        assert_bounded(k.value_ns, 2, *c);
-    }
-    assert_eq!(wait_signals(&agent, up.addr, "handshake", 1).len(), 1);
+    assert_keep_alive_samples(&cg, &agent, 20);
+}
+
+/// Before 5.11 the programs look a packet's socket up through `bpf_sk_fullsock` and date
+/// a returned slot with the precise clock: the agent is told the kernel is older, and
+/// samples and slot returns are what they are on this one.
+#[kernel_test]
+fn before_5_11_samples_and_slot_returns_are_the_same() {
+    let cg = TestCgroup::new("before-5-11");
+    let mut older = signal_logging();
+    older.env("LIMITER_ASSUME_KERNEL", "5.10");
+    let agent = start_command(&cg, older);
+    assert_keep_alive_samples(&cg, &agent, 5);
 }
 
 #[kernel_test]

@@ -5,6 +5,17 @@
 
 #include "maps.h"
 
+/* Set by the loader: 0 before Linux 5.11, which has no coarse clock. The verifier never
+ * walks the dead branch of a constant, so the call does not fail the load there. */
+const volatile __u8 have_coarse_clock = 1;
+
+/* For times the agent reads in seconds: the last tick's time, without the precise clock's
+ * TSC read, which first waits for every load before it. */
+static __always_inline __u64 coarse_now_ns(void)
+{
+	return have_coarse_clock ? bpf_ktime_get_coarse_ns() : bpf_ktime_get_ns();
+}
+
 /* The destination's entry, created on first sight so the very first connect is governed;
  * NULL only when the table is full and the destination is new. */
 static __always_inline struct dest_state *dest_get_or_create(const struct dest_key *key)
@@ -26,13 +37,14 @@ static __always_inline void slot_release(struct sock_state *ss)
 {
 	struct dest_state *st;
 
-	/* Atomic exchange: whichever of sock_ops or sock_release gets here first wins. */
-	if (!__sync_lock_test_and_set(&ss->holds_slot, 0))
+	/* Atomic exchange: whichever of sock_ops or sock_release gets here first wins. The
+	 * plain read first spares the locked instruction when there is nothing to return. */
+	if (!ss->holds_slot || !__sync_lock_test_and_set(&ss->holds_slot, 0))
 		return;
 	st = bpf_map_lookup_elem(&dests, &ss->dest);
 	if (!st || st->created_ns != ss->dest_created_ns)
 		return; /* removed since: its slot went with it */
-	st->last_active_ns = bpf_ktime_get_ns();
+	st->last_active_ns = coarse_now_ns();
 	__sync_fetch_and_add(&st->inflight, -1);
 	if (ss->established)
 		__sync_fetch_and_add(&st->closed, 1);

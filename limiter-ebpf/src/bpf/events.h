@@ -7,11 +7,18 @@
 
 /*
  * A wake-up per record costs the application about 10 us on its own path, so the agent is
- * woken once per batch: when this record makes the pending bytes cross the threshold
- * (wakeup_bytes, at most a quarter of the ring). Records past it add no wake-up: the one
- * already sent brings the agent, which also drains on its own timer. A full ring drops the
- * record and counts it: the application never waits for the agent.
+ * woken once per batch: when this record makes the pending bytes cross the ring's
+ * threshold. Records past it add no wake-up: the one already sent brings the agent, which
+ * also drains on its own timer. A full ring drops the record and counts it: the
+ * application never waits for the agent.
+ *
+ * The thresholds are set by the loader, which sizes the rings (at most a quarter of each):
+ * constants to the verifier, so a record costs one query of the ring and no map lookup.
+ * Left at 0, a record wakes the agent when it lands in an empty ring.
  */
+const volatile __u32 events_wakeup_bytes;
+const volatile __u32 signals_wakeup_bytes;
+
 static __always_inline void count_drop(void)
 {
 	struct global_stats *gs = global_stats();
@@ -21,24 +28,16 @@ static __always_inline void count_drop(void)
 }
 
 /* Submits a record reserved in `ring`, waking the agent if it is the one that makes the
- * pending bytes cross the threshold: reserving already counted it, header included. */
-static __always_inline void ringbuf_submit_batched(void *ring, void *record, __u64 size)
+ * pending bytes cross `threshold`: reserving already counted it, header included. */
+static __always_inline void ringbuf_submit_batched(void *ring, void *record, __u64 size,
+						   __u64 threshold)
 {
-	__u32 zero = 0;
-	struct limiter_config *cfg = bpf_map_lookup_elem(&config, &zero);
-	__u64 flags = BPF_RB_NO_WAKEUP, pending, threshold;
+	__u64 pending = bpf_ringbuf_query(ring, BPF_RB_AVAIL_DATA);
 
 	size += BPF_RINGBUF_HDR_SZ;
-
-	if (cfg) {
-		pending = bpf_ringbuf_query(ring, BPF_RB_AVAIL_DATA);
-		threshold = bpf_ringbuf_query(ring, BPF_RB_RING_SIZE) / 4;
-		if (cfg->wakeup_bytes < threshold)
-			threshold = cfg->wakeup_bytes;
-		if (pending >= threshold && pending < threshold + size)
-			flags = BPF_RB_FORCE_WAKEUP;
-	}
-	bpf_ringbuf_submit(record, flags);
+	bpf_ringbuf_submit(record, pending >= threshold && pending < threshold + size ?
+					   BPF_RB_FORCE_WAKEUP :
+					   BPF_RB_NO_WAKEUP);
 }
 
 static __always_inline void emit_decision(__u32 kind, const struct dest_key *key,
@@ -62,7 +61,7 @@ static __always_inline void emit_decision(__u32 kind, const struct dest_key *key
 	ev->limit = limit;
 	ev->inflight = inflight;
 	bpf_get_current_comm(ev->comm, sizeof(ev->comm));
-	ringbuf_submit_batched(&events, ev, sizeof(*ev));
+	ringbuf_submit_batched(&events, ev, sizeof(*ev), events_wakeup_bytes);
 }
 
 /* A signal stamped `now_ns`: for callers that read the clock for its value anyway. */
@@ -81,7 +80,7 @@ static __always_inline void emit_signal_at(const struct sock_state *ss, __u32 ki
 	sig->kind = kind;
 	sig->inflight = inflight;
 	sig->_pad = 0;
-	ringbuf_submit_batched(&signals, sig, sizeof(*sig));
+	ringbuf_submit_batched(&signals, sig, sizeof(*sig), signals_wakeup_bytes);
 }
 
 static __always_inline void emit_signal(const struct sock_state *ss, __u32 kind, __u64 value_ns,

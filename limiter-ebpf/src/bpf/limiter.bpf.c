@@ -54,24 +54,54 @@ static __always_inline void count_storage_error(void)
 
 /* A new destination with no room in the table: admitted, untracked, counted. A socket
  * connecting again keeps no state from its earlier attempt, which gives that slot back. */
-static __always_inline int admit_untracked(struct bpf_sock_addr *ctx)
+static __always_inline int admit_untracked(struct bpf_sock *sk)
 {
-	struct sock_state *ss = bpf_sk_storage_get(&sockets, ctx->sk, 0, 0);
+	struct sock_state *ss = bpf_sk_storage_get(&sockets, sk, 0, 0);
 	struct global_stats *gs = global_stats();
 
 	if (ss) {
 		slot_release(ss);
-		bpf_sk_storage_delete(&sockets, ctx->sk);
+		bpf_sk_storage_delete(&sockets, sk);
 	}
 	if (gs)
 		gs->table_full++;
 	return CONNECT_ALLOW;
 }
 
+/* The agent's heartbeat is recent: limits are enforced. */
+static __always_inline int agent_alive(const struct limiter_config *cfg)
+{
+	return bpf_ktime_get_ns() - cfg->heartbeat_ns <= cfg->heartbeat_timeout_ns;
+}
+
+static __always_inline int shed(const struct dest_key *key, struct dest_state *st, __u32 limit,
+				__s64 inflight)
+{
+	__sync_fetch_and_add(&st->shed, 1);
+	emit_decision(LIMITER_EVENT_SHED, key, 0, limit, inflight);
+	return refuse();
+}
+
+/*
+ * Full in prod, no peer to hand the connect to, the agent alive, and a socket without state:
+ * refused before any is made, since creating it is most of what a connect costs and a
+ * refusal needs none. A count that reads full may include a racing connect that is itself
+ * about to be refused; taking a slot to check would have seen the same.
+ */
+static __always_inline int refused_at_once(struct bpf_sock *sk, const struct dest_key *key,
+					   const struct dest_state *st, __u32 limit, __u32 mode,
+					   const struct limiter_config *cfg)
+{
+	return mode == LIMITER_MODE_PROD && st->inflight >= limit && agent_alive(cfg) &&
+	       !bpf_map_lookup_elem(&peers, key) && !bpf_sk_storage_get(&sockets, sk, 0, 0);
+}
+
 /* CONNECT_ALLOW, CONNECT_REFUSE, or CONNECT_REDIRECT with the peer in `redirect`. */
 static __always_inline int admit(struct bpf_sock_addr *ctx, const struct dest_key *asked,
 				 struct dest_key *redirect)
 {
+	/* Read once: the verifier refuses a second read through a pointer into the context. */
+	struct bpf_sock *sk = ctx->sk;
 	const struct dest_key *key = asked, *peer;
 	__u32 zero = 0, mode, limit;
 	struct limiter_config *cfg;
@@ -97,8 +127,10 @@ static __always_inline int admit(struct bpf_sock_addr *ctx, const struct dest_ke
 
 	st = dest_get_or_create(key);
 	if (!st)
-		return admit_untracked(ctx);
-	ss = bpf_sk_storage_get(&sockets, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+		return admit_untracked(sk);
+	if (refused_at_once(sk, key, st, limit, mode, cfg))
+		return shed(key, st, limit, st->inflight);
+	ss = bpf_sk_storage_get(&sockets, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!ss) {
 		count_storage_error();
 		return CONNECT_ALLOW;
@@ -113,7 +145,7 @@ static __always_inline int admit(struct bpf_sock_addr *ctx, const struct dest_ke
 		__sync_fetch_and_add(&st->admitted, 1);
 		return CONNECT_ALLOW;
 	}
-	if (bpf_ktime_get_ns() - cfg->heartbeat_ns > cfg->heartbeat_timeout_ns) {
+	if (!agent_alive(cfg)) {
 		/* The agent is gone or stuck: never leave the application clamped. */
 		gs = global_stats();
 		if (gs)
@@ -144,9 +176,7 @@ static __always_inline int admit(struct bpf_sock_addr *ctx, const struct dest_ke
 		emit_decision(LIMITER_EVENT_REDIRECTED, key, peer, limit, before);
 		return CONNECT_REDIRECT;
 	}
-	__sync_fetch_and_add(&st->shed, 1);
-	emit_decision(LIMITER_EVENT_SHED, key, 0, limit, before);
-	return refuse();
+	return shed(key, st, limit, before);
 }
 
 /* The socket's state when fall-forward connected it elsewhere than it asked. */
@@ -311,7 +341,7 @@ int limiter_egress(struct __sk_buff *skb)
 		return 1; /* observe only: always let the packet through */
 	ss = packet_sock_state(skb);
 	if (ss)
-		on_egress(ss, &seg);
+		on_egress(ss, &seg, skb->tstamp);
 	return 1;
 }
 

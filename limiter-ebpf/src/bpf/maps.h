@@ -65,7 +65,7 @@ struct {
 /* Decisions (shed, would_shed, redirected, would_redirect), with pid and comm. */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 256 * 1024);
+	__uint(max_entries, LIMITER_EVENTS_BYTES);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } events SEC(".maps");
 

@@ -65,6 +65,11 @@ static __always_inline int parse_tcp(struct __sk_buff *skb, struct tcp_segment *
 	return 0;
 }
 
+/* Set by the loader: 0 before Linux 5.11, whose bpf_sk_storage_get takes full sockets only.
+ * From 5.11 it takes any socket and finds nothing on the others, without a helper call to
+ * tell them apart first. */
+const volatile __u8 storage_takes_any_socket = 1;
+
 /* Our per-socket state for a packet's socket, if the connect hook admitted it. */
 static __always_inline struct sock_state *packet_sock_state(struct __sk_buff *skb)
 {
@@ -72,16 +77,23 @@ static __always_inline struct sock_state *packet_sock_state(struct __sk_buff *sk
 
 	if (!sk)
 		return 0;
-	/* Linux 5.10's bpf_sk_storage_get takes full sockets only; the packet, parsed already,
-	 * says the socket is TCP. */
-	sk = bpf_sk_fullsock(sk);
-	if (!sk)
-		return 0;
+	if (!storage_takes_any_socket) {
+		sk = bpf_sk_fullsock(sk);
+		if (!sk)
+			return 0;
+	}
 	return bpf_sk_storage_get(&sockets, sk, 0, 0);
 }
 
-/* A segment with payload: the first one sent while not awaiting a response starts one. */
-static __always_inline void on_egress(struct sock_state *ss, const struct tcp_segment *seg)
+/*
+ * A segment with payload: the first one sent while not awaiting a response starts one, at
+ * `sent_ns`, the segment's skb->tstamp. TCP stamps every segment it sends with its own
+ * CLOCK_MONOTONIC send time (the departure time of the EDT model, Linux 4.20+): the same
+ * clock as bpf_ktime_get_ns, read microseconds earlier on this very path, so the request
+ * costs no clock read of its own. 0 (not set) falls back to reading the clock.
+ */
+static __always_inline void on_egress(struct sock_state *ss, const struct tcp_segment *seg,
+				      __u64 sent_ns)
 {
 	struct dest_state *st;
 	__u32 end = seg->seq + seg->payload;
@@ -95,32 +107,41 @@ static __always_inline void on_egress(struct sock_state *ss, const struct tcp_se
 		return; /* more of the same request */
 	st = bpf_map_lookup_elem(&dests, &ss->dest);
 	ss->request_inflight = st && st->inflight > 0 ? st->inflight : 0;
-	ss->request_ns = bpf_ktime_get_ns();
+	ss->request_ns = sent_ns ? sent_ns : bpf_ktime_get_ns();
 	ss->phase = LIMITER_PHASE_AWAITING;
+}
+
+/* How long the outstanding request has waited at `now`. A paced socket stamps a segment
+ * with the time it is due to leave, which can be ahead of the clock: never negative. */
+static __always_inline __u64 request_wait(const struct sock_state *ss, __u64 now)
+{
+	return now > ss->request_ns ? now - ss->request_ns : 0;
 }
 
 /* The socket's state and the ring only, no destination-table lookup: the agent receives
  * every sample and needs no count of them in the kernel. */
 static __always_inline void on_ingress(struct sock_state *ss, const struct tcp_segment *seg)
 {
+	__u64 now;
+
 	if (seg->rst && !ss->established)
 		ss->flags |= LIMITER_SOCK_RST_SEEN;
 	if (ss->phase != LIMITER_PHASE_AWAITING)
 		return;
 	if (seg->payload) {
 		/* One clock read: the sample's timestamp is also where its latency ends. */
-		__u64 now = bpf_ktime_get_ns();
-
+		now = bpf_ktime_get_ns();
 		ss->phase = LIMITER_PHASE_RECEIVING;
-		emit_signal_at(ss, LIMITER_SIGNAL_SAMPLE, now, now - ss->request_ns,
+		emit_signal_at(ss, LIMITER_SIGNAL_SAMPLE, now, request_wait(ss, now),
 			       ss->request_inflight);
 	} else if (seg->rst || seg->fin) {
 		/* The peer ended the connection on an outstanding request. A FIN microseconds
 		 * after a client's goodbye is the server answering it by closing: user space
 		 * tells that from a hang-up by the wait. */
+		now = bpf_ktime_get_ns();
 		ss->phase = LIMITER_PHASE_IDLE;
-		emit_signal(ss, seg->rst ? LIMITER_SIGNAL_ERROR : LIMITER_SIGNAL_HUNG_UP,
-			    bpf_ktime_get_ns() - ss->request_ns, 0);
+		emit_signal_at(ss, seg->rst ? LIMITER_SIGNAL_ERROR : LIMITER_SIGNAL_HUNG_UP, now,
+			       request_wait(ss, now), 0);
 	}
 }
 
@@ -142,10 +163,13 @@ static __always_inline void connect_failed(struct sock_state *ss)
  * Terminate, MySQL COM_QUIT) and only user space knows what the destination normally takes. */
 static __always_inline void request_ended(struct sock_state *ss, __u32 kind)
 {
+	__u64 now;
+
 	if (ss->phase != LIMITER_PHASE_AWAITING)
 		return;
+	now = bpf_ktime_get_ns();
 	ss->phase = LIMITER_PHASE_IDLE;
-	emit_signal(ss, kind, bpf_ktime_get_ns() - ss->request_ns, 0);
+	emit_signal_at(ss, kind, now, request_wait(ss, now), 0);
 }
 
 #endif /* LIMITER_SIGNAL_H */
