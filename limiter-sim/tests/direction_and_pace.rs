@@ -56,15 +56,21 @@ fn within(trace: &Trace, (from_s, to_s): (f64, f64), lo: f64, hi: f64) {
 /// of the first twelve; docs/simulation.md has the rate over 200 seeds of the scenario).
 #[test]
 fn converges_to_capacity_and_holds_within_20_percent() {
+    settles_within(100, saturating(), 80.0, 120.0);
+}
+
+/// Over seeds 1 to 5, 600 s of `load` against `capacity` workers answering in 0.1 s: every
+/// limit from 300 s on lies within lo..=hi.
+fn settles_within(capacity: u32, load: Load, lo: f64, hi: f64) {
     for seed in 1..=5 {
         let trace = run_seeded(
             seed,
             600.0,
-            UpstreamSpec::steady(100),
+            UpstreamSpec::steady(capacity),
             Service::lognormal(0.1, SIGMA),
-            saturating(),
+            load.clone(),
         );
-        within(&trace, (300.0, 600.0), 80.0, 120.0);
+        within(&trace, (300.0, 600.0), lo, hi);
     }
 }
 
@@ -73,16 +79,7 @@ fn converges_to_capacity_and_holds_within_20_percent() {
 /// them to its bound. That bound has to be tried and found to queue like any other level.
 #[test]
 fn clients_retrying_refusals_at_once_still_converge_to_capacity() {
-    for seed in 1..=5 {
-        let trace = run_seeded(
-            seed,
-            600.0,
-            UpstreamSpec::steady(50),
-            Service::lognormal(0.1, SIGMA),
-            Load::closed(400, 0.001),
-        );
-        within(&trace, (300.0, 600.0), 40.0, 65.0);
-    }
+    settles_within(50, Load::closed(400, 0.001), 40.0, 65.0);
 }
 
 /// Over seeds 1 to 5, as convergence.
@@ -189,29 +186,29 @@ fn a_thirtyfold_slowdown_sheds_before_any_slow_call_completes() {
     assert!(slow <= healthy / 2, "from {healthy} to {slow}");
 }
 
-/// 64 clients that think 15 ms between requests (one connection each) keep about 16 in
-/// flight against an upstream answering in 5 ms, which turns twenty times slower for a
-/// minute and then recovers: waiting longer, the same clients would hold 55 connections.
-/// An outbound limiter must shed that pile-up while the upstream is slower than its own
-/// normal, and let the clients back in once it is not.
-#[test]
-fn a_twentyfold_slowdown_of_clients_piling_up_sheds_then_lets_them_back_in() {
-    const HEALTHY_INFLIGHT: u32 = 16;
+/// `load` against an upstream with workers to spare answering in 5 ms, twenty times slower
+/// from 60 s to 120 s; 150 s.
+fn twentyfold_slowdown(load: Load) -> Trace {
     let upstream = UpstreamSpec {
         latency_factor: Schedule::constant(1.0).step(60.0, 20.0).step(120.0, 1.0),
         ..UpstreamSpec::steady(1_000)
     };
-    let trace = run(
-        150.0,
-        upstream,
-        Service::lognormal(0.005, SIGMA),
-        Load::Closed(ClosedLoop {
-            workers: 64,
-            retry_after_s: 0.1,
-            think_s: 0.015,
-            at_once: false,
-        }),
-    );
+    run(150.0, upstream, Service::lognormal(0.005, SIGMA), load)
+}
+
+/// 64 clients that think 15 ms between requests (one connection each) keep about 16 in
+/// flight; waiting longer, the same clients would hold 55 connections. An outbound limiter
+/// must shed that pile-up while the upstream is slower than its own normal, and let the
+/// clients back in once it is not.
+#[test]
+fn a_twentyfold_slowdown_of_clients_piling_up_sheds_then_lets_them_back_in() {
+    const HEALTHY_INFLIGHT: u32 = 16;
+    let trace = twentyfold_slowdown(Load::Closed(ClosedLoop {
+        workers: 64,
+        retry_after_s: 0.1,
+        think_s: 0.015,
+        at_once: false,
+    }));
     assert_eq!(trace.shed(secs(1.0), secs(60.0)), 0, "healthy");
     assert!(trace.limit_at(secs(69.9)) < 2 * HEALTHY_INFLIGHT, "falling");
     assert!(trace.shed(secs(60.0), secs(70.0)) > 0, "shedding");
@@ -222,22 +219,13 @@ fn a_twentyfold_slowdown_of_clients_piling_up_sheds_then_lets_them_back_in() {
     assert_eq!(trace.shed(secs(130.0), secs(150.0)), 0, "recovered");
 }
 
-/// A closed-loop client keeping 16 requests in flight against the same upstream: waiting
-/// longer, it still holds 16 connections. Refusing some of them spares the upstream, whose
-/// workers are many, nothing: the limit stays at what the client held while healthy.
+/// A closed-loop client keeping 16 requests in flight: waiting longer, it still holds 16
+/// connections. Refusing some of them spares the upstream, whose workers are many, nothing:
+/// the limit stays at what the client held while healthy.
 #[test]
 fn a_twentyfold_slowdown_of_the_same_clients_waiting_longer_refuses_none() {
     const CLIENTS: u32 = 16;
-    let upstream = UpstreamSpec {
-        latency_factor: Schedule::constant(1.0).step(60.0, 20.0).step(120.0, 1.0),
-        ..UpstreamSpec::steady(1_000)
-    };
-    let trace = run(
-        150.0,
-        upstream,
-        Service::lognormal(0.005, SIGMA),
-        Load::closed(CLIENTS, 0.1),
-    );
+    let trace = twentyfold_slowdown(Load::closed(CLIENTS, 0.1));
     assert!(trace.limit_at(secs(59.9)) >= CLIENTS, "healthy");
     assert!(trace.min_limit(secs(60.0), secs(150.0)) >= CLIENTS);
     assert_eq!(trace.shed(secs(1.0), secs(150.0)), 0);
