@@ -203,21 +203,24 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             // algorithm's would rest on a baseline that is not one yet.
             proposed = proposed.min(self.limit);
         }
-        if let (Some(view), 0.0, 0) = (&verdict.latency, error_pressure, window.sheds) {
-            // The smoothed latency lags by windows: once the newest window is back in the
-            // band and refused nothing, there is no queue to cut (a slow one next would cut
-            // then). Demand beyond the limit is Vegas's to regulate inside the band.
-            if view.latest < ELEVATED * view.baseline {
-                proposed = proposed.max(self.limit);
-            }
-        }
         let mut allowed = self.guard.allow(self.limit, proposed, window.dispersed);
-        // A window that refused connects had demand beyond the limit: not the same clients
-        // waiting longer, which is all the demand floor stands for.
-        if error_pressure < BACKGROUND_ERRORS && window.sheds == 0 {
-            allowed = self.demand.hold(self.limit, allowed, window.peak_inflight);
-            if self.is_healthy(&window) {
-                self.demand.observe_unbound(window.peak_inflight);
+        // A window that refused nothing had no demand beyond the limit: the same clients, at
+        // most waiting longer. Demand beyond it is Vegas's to regulate inside the band.
+        if window.sheds == 0 {
+            let in_band = verdict
+                .latency
+                .as_ref()
+                .is_some_and(|view| view.latest < ELEVATED * view.baseline);
+            if in_band && error_pressure == 0.0 {
+                // The smoothed latency lags by windows: once the newest window is back in
+                // the band there is no queue to cut (a slow one next would cut then).
+                allowed = allowed.max(self.limit);
+            }
+            if error_pressure < BACKGROUND_ERRORS {
+                allowed = self.demand.hold(self.limit, allowed, window.peak_inflight);
+                if in_band && self.baseline.value().is_some() {
+                    self.demand.observe_unbound(window.peak_inflight);
+                }
             }
         }
         if let Some(capacity) = self.capacity.take() {
@@ -228,14 +231,6 @@ impl<A: LimitAlgorithm> DestinationController<A> {
                 self.cut_at_ns = now_ns;
             }
             self.set_limit(allowed);
-        }
-    }
-
-    /// Whether the window's p90 is within the band of a learned baseline.
-    fn is_healthy(&self, window: &WindowSummary) -> bool {
-        match (window.p90_ns, self.baseline.value()) {
-            (Some(p90), Some(baseline)) => p90 < ELEVATED * baseline,
-            _ => false,
         }
     }
 
