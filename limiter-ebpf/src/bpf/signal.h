@@ -118,19 +118,27 @@ static __always_inline __u64 request_wait(const struct sock_state *ss, __u64 now
 	return now > ss->request_ns ? now - ss->request_ns : 0;
 }
 
+/* Ends the outstanding request with `kind`, reporting how long it had waited. */
+static __always_inline void end_request(struct sock_state *ss, __u32 kind)
+{
+	__u64 now = bpf_ktime_get_ns();
+
+	ss->phase = LIMITER_PHASE_IDLE;
+	emit_signal_at(ss, kind, now, request_wait(ss, now), 0);
+}
+
 /* The socket's state and the ring only, no destination-table lookup: the agent receives
  * every sample and needs no count of them in the kernel. */
 static __always_inline void on_ingress(struct sock_state *ss, const struct tcp_segment *seg)
 {
-	__u64 now;
-
 	if (seg->rst && !ss->established)
 		ss->flags |= LIMITER_SOCK_RST_SEEN;
 	if (ss->phase != LIMITER_PHASE_AWAITING)
 		return;
 	if (seg->payload) {
 		/* One clock read: the sample's timestamp is also where its latency ends. */
-		now = bpf_ktime_get_ns();
+		__u64 now = bpf_ktime_get_ns();
+
 		ss->phase = LIMITER_PHASE_RECEIVING;
 		emit_signal_at(ss, LIMITER_SIGNAL_SAMPLE, now, request_wait(ss, now),
 			       ss->request_inflight);
@@ -138,10 +146,7 @@ static __always_inline void on_ingress(struct sock_state *ss, const struct tcp_s
 		/* The peer ended the connection on an outstanding request. A FIN microseconds
 		 * after a client's goodbye is the server answering it by closing: user space
 		 * tells that from a hang-up by the wait. */
-		now = bpf_ktime_get_ns();
-		ss->phase = LIMITER_PHASE_IDLE;
-		emit_signal_at(ss, seg->rst ? LIMITER_SIGNAL_ERROR : LIMITER_SIGNAL_HUNG_UP, now,
-			       request_wait(ss, now), 0);
+		end_request(ss, seg->rst ? LIMITER_SIGNAL_ERROR : LIMITER_SIGNAL_HUNG_UP);
 	}
 }
 
@@ -163,13 +168,9 @@ static __always_inline void connect_failed(struct sock_state *ss)
  * Terminate, MySQL COM_QUIT) and only user space knows what the destination normally takes. */
 static __always_inline void request_ended(struct sock_state *ss, __u32 kind)
 {
-	__u64 now;
-
 	if (ss->phase != LIMITER_PHASE_AWAITING)
 		return;
-	now = bpf_ktime_get_ns();
-	ss->phase = LIMITER_PHASE_IDLE;
-	emit_signal_at(ss, kind, now, request_wait(ss, now), 0);
+	end_request(ss, kind);
 }
 
 #endif /* LIMITER_SIGNAL_H */
