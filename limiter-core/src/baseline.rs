@@ -17,6 +17,9 @@ use crate::evidence::{Evidence, EvidencePoint};
 /// The most the baseline may rise in one move: a doubling heals a deploy or a failover in one
 /// step, while a thirty-fold incident needs five separate rounds of evidence.
 pub const MAX_HEAL_STEP: f64 = 2.0;
+/// Windows after a follow in which a lower p90 is taken at once: the window followed may
+/// still have held the queue our earlier in-flight built.
+const AFTER_FOLLOW_WINDOWS: u32 = 5;
 
 /// The no-load latency and the evidence that may move it up.
 #[derive(Clone, Debug, Default)]
@@ -24,6 +27,8 @@ pub struct Baseline {
     value: Option<f64>,
     warming_up: bool,
     evidence: Evidence,
+    /// Windows left in which a lower p90 becomes the baseline at once.
+    after_follow: u32,
 }
 
 impl Baseline {
@@ -42,6 +47,11 @@ impl Baseline {
         self.evidence.latency_ignored_a_cut()
     }
 
+    /// Whether lowering in-flight in the newest windows lowered the throughput too.
+    pub fn throughput_followed_a_cut(&self) -> bool {
+        self.evidence.throughput_followed_a_cut()
+    }
+
     /// Adds a window's evidence without a latency of its own to observe.
     pub fn testify(&mut self, point: EvidencePoint) {
         self.evidence.push(point);
@@ -52,6 +62,7 @@ impl Baseline {
     pub fn follow(&mut self, latency: f64) {
         self.value = Some(latency);
         self.evidence.clear();
+        self.after_follow = AFTER_FOLLOW_WINDOWS;
     }
 
     /// Whether the newest windows show our own concurrency queueing at the upstream.
@@ -72,6 +83,7 @@ impl Baseline {
     /// starts a few percent low and reads as a standing queue ever after.
     pub fn observe(
         &mut self,
+        latest: f64,
         smoothed: f64,
         sustained: f64,
         point: Option<EvidencePoint>,
@@ -82,6 +94,10 @@ impl Baseline {
             Some(b) if !warming_up => b.min(sustained),
             _ => sustained,
         };
+        if self.after_follow > 0 {
+            self.after_follow -= 1;
+            baseline = baseline.min(latest);
+        }
         self.warming_up = warming_up;
         if let Some(point) = point {
             self.evidence.push(point);
@@ -111,29 +127,35 @@ mod tests {
     #[test]
     fn follows_lower_latencies_at_once() {
         let mut b = Baseline::default();
-        assert_eq!(b.observe(10.0, 10.0, point(5.0, 10.0), false, false), 10.0);
-        assert_eq!(b.observe(8.0, 8.0, point(5.0, 8.0), false, false), 8.0);
-        assert_eq!(b.observe(12.0, 12.0, point(5.0, 12.0), false, true), 8.0);
+        assert_eq!(
+            b.observe(10.0, 10.0, 10.0, point(5.0, 10.0), false, false),
+            10.0
+        );
+        assert_eq!(b.observe(8.0, 8.0, 8.0, point(5.0, 8.0), false, false), 8.0);
+        assert_eq!(
+            b.observe(12.0, 12.0, 12.0, point(5.0, 12.0), false, true),
+            8.0
+        );
     }
 
     #[test]
     fn is_the_sustained_latency_while_warming_up_and_unpublished_until_then() {
         let mut b = Baseline::default();
-        assert_eq!(b.observe(7.0, 8.0, None, true, false), 8.0);
-        assert_eq!(b.observe(9.0, 10.0, None, true, false), 10.0);
+        assert_eq!(b.observe(7.0, 7.0, 8.0, None, true, false), 8.0);
+        assert_eq!(b.observe(9.0, 9.0, 10.0, None, true, false), 10.0);
         assert_eq!(b.value(), None);
-        assert_eq!(b.observe(12.0, 12.0, None, false, false), 10.0);
+        assert_eq!(b.observe(12.0, 12.0, 12.0, None, false, false), 10.0);
         assert_eq!(b.value(), Some(10.0));
     }
 
     #[test]
     fn heals_by_at_most_a_doubling_and_then_needs_fresh_evidence() {
         let mut b = Baseline::default();
-        b.observe(1.0, 1.0, point(100.0, 1.0), false, true);
+        b.observe(1.0, 1.0, 1.0, point(100.0, 1.0), false, true);
         let mut baselines = vec![1.0];
         for i in 0..40 {
             let inflight = 100.0 - 2.0 * f64::from(i);
-            baselines.push(b.observe(10.0, 10.0, point(inflight, 10.0), false, true));
+            baselines.push(b.observe(10.0, 10.0, 10.0, point(inflight, 10.0), false, true));
         }
         baselines.dedup();
         assert!(baselines.len() >= 3, "{baselines:?}");
@@ -142,12 +164,33 @@ mod tests {
     }
 
     #[test]
+    fn takes_a_lower_window_at_once_for_a_while_after_following() {
+        let mut b = Baseline::default();
+        b.observe(1.0, 1.0, 1.0, point(10.0, 1.0), false, true);
+        b.follow(20.0);
+        assert_eq!(
+            b.observe(15.0, 20.0, 20.0, point(10.0, 15.0), false, true),
+            15.0
+        );
+        for _ in 1..AFTER_FOLLOW_WINDOWS {
+            b.observe(16.0, 20.0, 20.0, point(10.0, 16.0), false, true);
+        }
+        assert_eq!(
+            b.observe(12.0, 20.0, 20.0, point(10.0, 12.0), false, true),
+            15.0
+        );
+    }
+
+    #[test]
     fn does_not_heal_while_the_latency_is_still_moving() {
         let mut b = Baseline::default();
-        b.observe(1.0, 1.0, point(100.0, 1.0), false, true);
+        b.observe(1.0, 1.0, 1.0, point(100.0, 1.0), false, true);
         for i in 0..40 {
             let inflight = 100.0 - 2.0 * f64::from(i);
-            assert_eq!(b.observe(3.0, 3.0, point(inflight, 3.0), false, false), 1.0);
+            assert_eq!(
+                b.observe(3.0, 3.0, 3.0, point(inflight, 3.0), false, false),
+                1.0
+            );
         }
     }
 }

@@ -115,7 +115,7 @@ impl<A: LimitAlgorithm> DestinationController<A> {
         })
     }
 
-    fn latency_view(&mut self, window: &WindowSummary, now_ns: u64) -> Option<LatencyView> {
+    fn latency_view(&mut self, window: &WindowSummary) -> Option<LatencyView> {
         let point = self.evidence_point(window);
         let Some(p90) = window.p90_ns.map(|p| p.max(1.0)) else {
             if let Some(point) = point {
@@ -129,6 +129,7 @@ impl<A: LimitAlgorithm> DestinationController<A> {
         let warming_up = self.filter.is_warming_up() || window.p90_weight < self.min_samples;
         let sustained = self.filter.recent_max().unwrap_or(smoothed);
         let mut baseline = self.baseline.observe(
+            p90,
             smoothed,
             sustained,
             point,
@@ -140,10 +141,16 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             !warming_up && p90 >= ELEVATED * baseline && self.baseline.latency_ignored_a_cut();
         self.flat_windows = if flat { self.flat_windows + 1 } else { 0 };
         let plateau = self.baseline.plateau_throughput(baseline);
-        if let (true, Some(throughput)) = (self.flat_windows >= FLAT_WINDOWS, plateau) {
+        // Throughput that fell with a cut shows the upstream below saturation, so what
+        // latency remains is its own; unless timeouts took the throughput.
+        let starved = !warming_up
+            && p90 >= ELEVATED * baseline
+            && window.timeouts.saturating_mul(9) <= window.samples
+            && self.baseline.throughput_followed_a_cut();
+        if let (true, Some(throughput)) = (self.flat_windows >= FLAT_WINDOWS || starved, plateau) {
             self.flat_windows = 0;
             // The upstream saturated when we sent more, and below our cut its latency
-            // stayed: it is slow, not queueing us. Its service time is the new baseline, and
+            // stayed or its throughput fell with in-flight: it is slow, not queueing us. Its service time is the new baseline, and
             // what it served at saturation times that time is its capacity (Little's law).
             // Without a saturation (an upstream that serves whatever it is sent, only
             // slowly) the baseline does not follow: the limit keeps a slow destination from
@@ -151,8 +158,6 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             self.capacity = Some(throughput * window.mean_latency_ns / 1e9);
             self.baseline.follow(p90);
             baseline = p90;
-            self.slow_start
-                .restart(now_ns, self.limit.max(self.capacity.unwrap_or(0.0)));
             self.recovery.followed(p90);
         } else if let Some(healthy) = self.recovery.observe(WindowView {
             p90,
@@ -187,7 +192,7 @@ impl<A: LimitAlgorithm> DestinationController<A> {
 
     fn close(&mut self, window: WindowSummary, now_ns: u64) {
         self.guard.observe(window.peak_inflight);
-        let latency = self.latency_view(&window, now_ns);
+        let latency = self.latency_view(&window);
         let error_pressure = window.error_pressure();
         if latency.is_none() && error_pressure == 0.0 {
             return;

@@ -102,16 +102,18 @@ struct LogPoint {
 
 /// Windows searched for the upstream's throughput plateau.
 const PLATEAU_WINDOWS: usize = 10;
-/// More in-flight by this factor that bought no more than [`PLATEAU_GAIN`] throughput but
-/// [`PLATEAU_QUEUE`] more latency: the upstream was saturated.
+/// More in-flight by this factor that bought no more than [`PLATEAU_GAIN`] throughput, at no
+/// less latency: the upstream was saturated. (Not necessarily at more latency: the p90 of a
+/// window lags the in-flight its requests started at, and a client's timeout caps it.)
 const PLATEAU_INFLIGHT: f64 = 1.2;
 const PLATEAU_GAIN: f64 = 1.1;
-const PLATEAU_QUEUE: f64 = 1.1;
 /// Windows back in which a lowering of in-flight by [`FLAT_CUT`] is looked for...
 const FLAT_WINDOWS: usize = 5;
 const FLAT_CUT: f64 = 0.75;
-/// ...that left the latency at least at this share of what it was.
+/// ...that left the latency at least at this share of what it was...
 const FLAT_LATENCY: f64 = 0.85;
+/// ...or the throughput at most at this share.
+const STARVED: f64 = 0.8;
 
 /// The last [`CORRELATION_WINDOWS`] windows, oldest overwritten first.
 #[derive(Clone, Debug)]
@@ -180,7 +182,7 @@ impl Evidence {
 
     /// The upstream's saturation throughput, if the newest windows show it: two windows
     /// elevated above `baseline` where the limit bound in-flight, the one with more in-flight
-    /// buying latency and no throughput. Then the highest throughput such a window delivered,
+    /// buying no throughput at no less latency. Then the highest throughput such a window delivered,
     /// per second. Windows at the old latency are left out: across a step of the service
     /// time, the windows before it look like more throughput at less latency.
     pub fn plateau_throughput(&self, baseline: f64) -> Option<f64> {
@@ -190,16 +192,12 @@ impl Evidence {
                 .take(PLATEAU_WINDOWS)
                 .filter(move |p| p.bound && p.latency >= floor)
         };
-        let (more, gain, queue) = (
-            PLATEAU_INFLIGHT.ln() as f32,
-            PLATEAU_GAIN.ln() as f32,
-            PLATEAU_QUEUE.ln() as f32,
-        );
+        let (more, gain) = (PLATEAU_INFLIGHT.ln() as f32, PLATEAU_GAIN.ln() as f32);
         let saturated = bound().any(|hi| {
             bound().any(|lo| {
                 hi.inflight >= lo.inflight + more
                     && hi.throughput <= lo.throughput + gain
-                    && hi.latency >= lo.latency + queue
+                    && hi.latency >= lo.latency
             })
         });
         let best = bound().map(|p| p.throughput).reduce(f32::max)?;
@@ -217,6 +215,21 @@ impl Evidence {
         let (cut, kept) = ((1.0 / FLAT_CUT).ln() as f32, FLAT_LATENCY.ln() as f32);
         newest_first.take(FLAT_WINDOWS).any(|p| {
             p.bound && p.inflight >= newest.inflight + cut && newest.latency >= p.latency + kept
+        })
+    }
+
+    /// Whether the limit lowered in-flight in the newest windows and throughput fell with it:
+    /// below saturation, so no queue of ours is left in the latency.
+    pub fn throughput_followed_a_cut(&self) -> bool {
+        let mut newest_first = self.newest_first();
+        let Some(newest) = newest_first.next() else {
+            return false;
+        };
+        let (cut, fell) = ((1.0 / FLAT_CUT).ln() as f32, (1.0 / STARVED).ln() as f32);
+        newest_first.take(FLAT_WINDOWS).any(|p| {
+            p.bound
+                && p.inflight >= newest.inflight + cut
+                && p.throughput >= newest.throughput + fell
         })
     }
 
@@ -298,6 +311,30 @@ mod tests {
         let mut e = Evidence::default();
         upstream(&mut e, &shrinking(), 110e6, 1_000.0);
         assert!(!e.shows_external_shift(100e6));
+    }
+
+    #[test]
+    fn throughput_falling_with_a_cut_is_told_from_a_queue_draining() {
+        let mut below = Evidence::default();
+        upstream(&mut below, &[60.0, 20.0], 1e9, 30.0);
+        assert!(below.throughput_followed_a_cut(), "cut to below capacity");
+        let mut saturated = Evidence::default();
+        upstream(&mut saturated, &[120.0, 60.0], 1e9, 30.0);
+        assert!(!saturated.throughput_followed_a_cut(), "still at capacity");
+    }
+
+    #[test]
+    fn saturation_shows_without_the_latency_rising() {
+        let mut e = Evidence::default();
+        for (inflight, throughput) in [(90.0, 37.0), (50.0, 39.0)] {
+            e.push(EvidencePoint {
+                inflight,
+                throughput,
+                latency: 2e9,
+                bound: true,
+            });
+        }
+        assert_eq!(e.plateau_throughput(100e6).map(f64::round), Some(39.0));
     }
 
     #[test]

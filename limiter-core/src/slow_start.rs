@@ -78,17 +78,6 @@ impl SlowStart {
         self.done = true;
     }
 
-    /// Starts learning again from `limit` at `now_ns`: the upstream's service time changed,
-    /// so what was clean before says nothing about now, and `limit` has to be tried before
-    /// it may grow.
-    pub fn restart(&mut self, now_ns: u64, limit: f64) {
-        *self = SlowStart {
-            grown: Some((now_ns, limit.min(self.max))),
-            previous: limit,
-            ..SlowStart::new(self.max)
-        };
-    }
-
     /// At an update: the limit to move to, if connects were refused since the last one.
     pub fn next_limit(&mut self, now_ns: u64, limit: f64) -> Option<f64> {
         let sheds = std::mem::take(&mut self.sheds);

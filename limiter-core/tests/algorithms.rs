@@ -49,11 +49,18 @@ fn rising_latency_shrinks() {
         s.run(&mut c, 60, 500.0, healthy);
         let before = c.limit();
         let start = s.now;
-        let limits = s.run(&mut c, 120, 500.0, |limit, s| {
-            let elapsed = (s.now - start) as f64 / SEC as f64;
-            let latency = 100.0 * MS as f64 * (1.0 + elapsed / 20.0) * s.jitter();
-            s.at_the_limit(limit, latency as u64)
-        });
+        let latency =
+            |now: u64| 100.0 * MS as f64 * (1.0 + (now - start) as f64 / 5.0 / SEC as f64);
+        // As many answers as Little's law gives the limit in flight at that latency.
+        let limits = s.run_at(
+            &mut c,
+            120,
+            |limit, now| f64::from(limit) * SEC as f64 / latency(now),
+            |limit, s| {
+                let jittered = latency(s.now) * s.jitter();
+                s.at_the_limit(limit, jittered as u64)
+            },
+        );
         let after = *limits.last().unwrap();
         assert!(
             f64::from(after) < f64::from(before) * 0.5,

@@ -43,7 +43,6 @@ scenario_tests! {
     #[ignore = "not passing yet: one connect refused while the large requests fill in (docs/simulation.md)"]
     mixed_sizes => "mixed-sizes",
     healthy_start => "healthy-start",
-    #[ignore = "not passing yet: 23.2 and 32.8 of 34 requests/s, in-flight p95 43 against 41.6 (docs/simulation.md)"]
     incident => "incident",
     recovery => "recovery",
     goodbye => "goodbye",

@@ -56,6 +56,17 @@ impl Stream {
         c: &mut C,
         seconds: u64,
         per_sec: f64,
+        event: impl FnMut(u32, &mut Self) -> Event,
+    ) -> Vec<u32> {
+        self.run_at(c, seconds, |_, _| per_sec, event)
+    }
+
+    /// [`Stream::run`] at the rate `per_sec` gives for each tick from the limit and the time.
+    pub fn run_at<C: Controller + ?Sized>(
+        &mut self,
+        c: &mut C,
+        seconds: u64,
+        mut per_sec: impl FnMut(u32, u64) -> f64,
         mut event: impl FnMut(u32, &mut Self) -> Event,
     ) -> Vec<u32> {
         if self.now == 0 {
@@ -69,7 +80,7 @@ impl Stream {
         let end = self.now + seconds * SEC;
         while self.now < end {
             self.now += TICK;
-            owed += per_sec * TICK as f64 / SEC as f64;
+            owed += per_sec(c.limit(), self.now) * TICK as f64 / SEC as f64;
             while owed >= 1.0 {
                 owed -= 1.0;
                 match event(c.limit(), self) {
