@@ -150,8 +150,9 @@ impl<A: LimitAlgorithm> DestinationController<A> {
         if let (true, Some(throughput)) = (self.flat_windows >= FLAT_WINDOWS || starved, plateau) {
             self.flat_windows = 0;
             // The upstream saturated when we sent more, and below our cut its latency
-            // stayed or its throughput fell with in-flight: it is slow, not queueing us. Its service time is the new baseline, and
-            // what it served at saturation times that time is its capacity (Little's law).
+            // stayed or its throughput fell with in-flight: it is slow, not queueing us. Its
+            // service time is the new baseline, and what it served at saturation times that
+            // time is its capacity (Little's law).
             // Without a saturation (an upstream that serves whatever it is sent, only
             // slowly) the baseline does not follow: the limit keeps a slow destination from
             // piling up connections.

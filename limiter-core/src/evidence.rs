@@ -182,9 +182,9 @@ impl Evidence {
 
     /// The upstream's saturation throughput, if the newest windows show it: two windows
     /// elevated above `baseline` where the limit bound in-flight, the one with more in-flight
-    /// buying no throughput at no less latency. Then the highest throughput such a window delivered,
-    /// per second. Windows at the old latency are left out: across a step of the service
-    /// time, the windows before it look like more throughput at less latency.
+    /// buying no throughput at no less latency. Then the highest throughput such a window
+    /// delivered, per second. Windows at the old latency are left out: across a step of the
+    /// service time, the windows before it look like more throughput at less latency.
     pub fn plateau_throughput(&self, baseline: f64) -> Option<f64> {
         let floor = (baseline.max(1.0) * ELEVATED).ln() as f32;
         let bound = || {

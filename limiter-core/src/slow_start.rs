@@ -1,12 +1,13 @@
 //! Learning a new destination: while the controller has no latency history for it, a
 //! refused connect is demand it has not been shown, so the limit grows to meet it at once
 //! instead of waiting for windows: the first time to meet the refused connects, then as in
-//! TCP's slow start (RFC 5681) doubling, at most once per round: a round ends when a request admitted at the new level has been
-//! answered, so the new level has been tried. As in HyStart (RFC 9406) it stops on delay:
-//! an answer no slower than [`QUEUEING`] x the fastest is *clean* (it did not wait for a
-//! worker), and the highest in-flight count a clean answer started at is concurrency the
-//! upstream has been seen to serve without queueing. A round that tried well beyond it
-//! with no clean answer means the upstream queues: growth ends, back at that clean level.
+//! TCP's slow start (RFC 5681) doubling, at most once per round: a round ends when a request
+//! admitted at the new level has been answered, so the new level has been tried. As in
+//! HyStart (RFC 9406) it stops on delay: an answer no slower than [`QUEUEING`] x the fastest
+//! is *clean* (it did not wait for a worker), and the highest in-flight count a clean answer
+//! started at is concurrency the upstream has been seen to serve without queueing. A round
+//! that tried well beyond it with no clean answer means the upstream queues: growth ends,
+//! back at that clean level.
 
 /// An answer within this multiple of the fastest did not queue.
 const QUEUEING: f64 = 1.25;

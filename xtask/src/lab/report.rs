@@ -419,9 +419,10 @@ impl Report<'_> {
              connecting, established or closed by the upstream and not yet by nginx, whether a \
              limiter runs or not.\n\
              - Incident from {settle:.0} s in: the incident's targets are judged there, as the \
-             simulator judges its incident scenario. At the step every request in flight waits \
-             out the slow service time whatever a limit does, and with nginx's {timeout} s timeout the \
-             first of them end as 504s; the whole phase's figures are shown beside them.\n\
+             simulator judges its incident scenario. At the step every request in flight \
+             waits out the slow service time whatever a limit does, and with nginx's {timeout} s \
+             timeout the first of them end as 504s; the whole phase's figures are shown beside \
+             them.\n\
              - Recovery: from the upstream's restore to the end of the first second from which \
              goodput stays at {recovered:.0} % of the healthy phase's for {hold} s, in whole seconds.\n\
              - Shed and would_shed: the limiter's own counters, over the phase.\n\
