@@ -38,9 +38,14 @@ pub struct Changes {
 }
 
 /// The kernel's table is walked for idle destinations this many times per `forget_idle`
-/// (and at most once a second): forgetting is that much late at worst, and a table of
-/// 100 000 destinations costs a walk every 10 s by default instead of every second.
-const WALKS_PER_FORGET_IDLE: u32 = 30;
+/// (and at most once a second): forgetting is up to a fifth late, and a table of 100 000
+/// destinations, a walk of tens of milliseconds, is read once a minute by default.
+const WALKS_PER_FORGET_IDLE: u32 = 5;
+
+/// How often the table is walked for destinations idle for `forget_idle`.
+pub fn idle_walk_period(forget_idle: Duration) -> Duration {
+    forget_idle / WALKS_PER_FORGET_IDLE
+}
 
 /// Every destination's controller. Destination keys are hashed with foldhash: every
 /// sample looks its controller up, and SipHash's resistance to chosen keys buys nothing
@@ -234,9 +239,9 @@ impl ControlLoop {
     /// Forgets destinations idle for `forget_idle` with nothing in flight: removed from the
     /// kernel's table, they lose their controller and policy (unless the configuration
     /// fixes it). Only the agent removes entries, so a destination holding slots is never
-    /// forgotten. Walks the table only every `forget_idle / WALKS_PER_FORGET_IDLE`.
+    /// forgotten. Walks the table only every [`idle_walk_period`].
     pub fn sync(&mut self, now_ns: u64, maps: &mut Maps) {
-        let every_ns = (self.forget_idle / WALKS_PER_FORGET_IDLE).as_nanos() as u64;
+        let every_ns = idle_walk_period(self.forget_idle).as_nanos() as u64;
         if self
             .walked_ns
             .is_some_and(|walked| now_ns.saturating_sub(walked) < every_ns)

@@ -45,6 +45,14 @@ use crate::{
     pins::PinDir,
 };
 
+/// How often an agent with the default `forget_idle_secs` reads the kernel's whole
+/// destination table (the benchmark measures over that long).
+pub fn default_idle_walk_period() -> std::time::Duration {
+    control::idle_walk_period(std::time::Duration::from_secs(
+        config::Config::defaults().forget_idle_secs,
+    ))
+}
+
 /// The command line's definition, for the generated completions and man pages.
 pub fn command() -> clap::Command {
     Cli::command()

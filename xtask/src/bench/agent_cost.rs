@@ -158,6 +158,11 @@ fn after_seen_once(
     interval: Duration,
 ) -> Result<Vec<Row>> {
     super::interrupt::check()?;
+    let interval = if scale.over_a_walk {
+        interval.max(limiter_user::default_idle_walk_period())
+    } else {
+        interval
+    };
     let listener = listener::accept_and_keep_on([0, 0, 0, 0], None)?;
     let cgroup = TestCgroup::new("bench-agent-seen");
     let agent = bins

@@ -61,6 +61,9 @@ pub struct Scale {
     fan_out_destinations: usize,
     /// Destinations seen once (one connection each) before the agent is measured.
     seen_once: &'static [usize],
+    /// Whether the agent after destinations seen once is measured over a whole period of
+    /// its walks of the kernel's table (a minute), so that a walk's cost is in the figure.
+    over_a_walk: bool,
 }
 
 impl Scale {
@@ -77,6 +80,7 @@ impl Scale {
         samples_per_second: 10_000.0,
         fan_out_destinations: 1_000,
         seen_once: &[20_000, 100_000],
+        over_a_walk: true,
     };
 
     const SMOKE: Scale = Scale {
@@ -90,6 +94,7 @@ impl Scale {
         samples_per_second: 1_000.0,
         fan_out_destinations: 20,
         seen_once: &[200],
+        over_a_walk: false,
     };
 }
 
