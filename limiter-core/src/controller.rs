@@ -98,9 +98,7 @@ impl<A: LimitAlgorithm> DestinationController<A> {
         } else {
             window.mean_inflight
         };
-        let censored = window
-            .gave_up_after_ns
-            .filter(|_| window.timeouts.saturating_mul(9) > window.samples);
+        let censored = window.gave_up_after_ns.filter(|_| window.timeouts_censor());
         let latency = match (window.p90_ns, censored) {
             (Some(p90), Some(wait)) => p90.max(wait),
             (Some(p90), None) if window.dispersed => p90,
@@ -137,16 +135,14 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             self.filter.is_settled(SETTLED),
         );
         self.capacity = None;
-        let flat =
-            !warming_up && p90 >= ELEVATED * baseline && self.baseline.latency_ignored_a_cut();
+        let elevated = !warming_up && p90 >= ELEVATED * baseline;
+        let flat = elevated && self.baseline.latency_ignored_a_cut();
         self.flat_windows = if flat { self.flat_windows + 1 } else { 0 };
         let plateau = self.baseline.plateau_throughput(baseline);
         // Throughput that fell with a cut shows the upstream below saturation, so what
         // latency remains is its own; unless timeouts took the throughput.
-        let starved = !warming_up
-            && p90 >= ELEVATED * baseline
-            && window.timeouts.saturating_mul(9) <= window.samples
-            && self.baseline.throughput_followed_a_cut();
+        let starved =
+            elevated && !window.timeouts_censor() && self.baseline.throughput_followed_a_cut();
         if let (true, Some(throughput)) = (self.flat_windows >= FLAT_WINDOWS || starved, plateau) {
             self.flat_windows = 0;
             // The upstream saturated when we sent more, and below our cut its latency

@@ -208,28 +208,27 @@ impl Evidence {
     /// bound by it, not by the clients) without lowering the latency: what latency remains
     /// is the upstream's own.
     pub fn latency_ignored_a_cut(&self) -> bool {
-        let mut newest_first = self.newest_first();
-        let Some(newest) = newest_first.next() else {
-            return false;
-        };
-        let (cut, kept) = ((1.0 / FLAT_CUT).ln() as f32, FLAT_LATENCY.ln() as f32);
-        newest_first.take(FLAT_WINDOWS).any(|p| {
-            p.bound && p.inflight >= newest.inflight + cut && newest.latency >= p.latency + kept
-        })
+        let kept = FLAT_LATENCY.ln() as f32;
+        self.after_a_cut(|before, newest| newest.latency >= before.latency + kept)
     }
 
     /// Whether the limit lowered in-flight in the newest windows and throughput fell with it:
     /// below saturation, so no queue of ours is left in the latency.
     pub fn throughput_followed_a_cut(&self) -> bool {
+        let fell = (1.0 / STARVED).ln() as f32;
+        self.after_a_cut(|before, newest| before.throughput >= newest.throughput + fell)
+    }
+
+    /// Whether one of the [`FLAT_WINDOWS`] windows before the newest was bound with at least
+    /// 1 / [`FLAT_CUT`] of its in-flight, and `shows` holds of the two.
+    fn after_a_cut(&self, shows: impl Fn(&LogPoint, &LogPoint) -> bool) -> bool {
         let mut newest_first = self.newest_first();
         let Some(newest) = newest_first.next() else {
             return false;
         };
-        let (cut, fell) = ((1.0 / FLAT_CUT).ln() as f32, (1.0 / STARVED).ln() as f32);
-        newest_first.take(FLAT_WINDOWS).any(|p| {
-            p.bound
-                && p.inflight >= newest.inflight + cut
-                && p.throughput >= newest.throughput + fell
+        let cut = (1.0 / FLAT_CUT).ln() as f32;
+        newest_first.take(FLAT_WINDOWS).any(|before| {
+            before.bound && before.inflight >= newest.inflight + cut && shows(before, newest)
         })
     }
 

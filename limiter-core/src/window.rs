@@ -58,6 +58,13 @@ impl WindowSummary {
         f64::from(self.samples) * NANOS_PER_SEC / (self.duration_ns.max(1) as f64)
     }
 
+    /// Whether more than a tenth of the window's requests timed out: enough that its answered
+    /// latencies leave out the slow tail, and its throughput the requests the upstream was
+    /// still serving.
+    pub fn timeouts_censor(&self) -> bool {
+        self.timeouts.saturating_mul(9) > self.samples
+    }
+
     /// Share of the window's requests that failed, timeouts counted double, in 0..=1. A
     /// timeout of a request sent before the last cut is no news: it waited in the queue that
     /// cut already shrinks, and counting it again would cut once per window it drains over.
