@@ -17,6 +17,9 @@ use crate::evidence::{Evidence, EvidencePoint};
 /// The most the baseline may rise in one move: a doubling heals a deploy or a failover in one
 /// step, while a thirty-fold incident needs five separate rounds of evidence.
 pub const MAX_HEAL_STEP: f64 = 2.0;
+/// A window whose p90 is at least this multiple of the baseline is elevated; under it, the
+/// window is in the baseline's band (healthy).
+pub(crate) const ELEVATED: f64 = 1.25;
 /// Windows after a follow in which a lower p90 is taken at once: the window followed may
 /// still have held the queue our earlier in-flight built.
 const AFTER_FOLLOW_WINDOWS: u32 = 5;

@@ -2,7 +2,7 @@
 //! algorithm -> growth guards -> bounds.
 
 use crate::algorithms::{AnyAlgorithm, LatencyView, LimitAlgorithm, Verdict, BACKGROUND_ERRORS};
-use crate::baseline::Baseline;
+use crate::baseline::{Baseline, ELEVATED};
 use crate::config::{ControlConfig, Limits};
 use crate::demand::DemandFloor;
 use crate::evidence::EvidencePoint;
@@ -15,8 +15,6 @@ use crate::{Controller, Outcome};
 
 /// The smoothed latency counts as settled when within this share of the median.
 const SETTLED: f64 = 0.1;
-/// A window's p90 this far above the baseline is elevated.
-const ELEVATED: f64 = 1.25;
 /// Windows running that must show a cut of in-flight leaving the latency where it was: one
 /// could be the noise of a small window.
 const FLAT_WINDOWS: u32 = 2;

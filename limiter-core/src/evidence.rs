@@ -7,10 +7,10 @@
 //! only buys queueing. Little's law ties the two slopes together; both are checked so that a
 //! noisy throughput or a noisy latency alone cannot trigger a move.
 
+use crate::baseline::ELEVATED;
+
 /// Windows of evidence kept (Uber's "running window, typically lasting 50 intervals").
 pub const CORRELATION_WINDOWS: usize = 50;
-/// A window is elevated when its p90 is at least this multiple of the baseline.
-const ELEVATED: f64 = 1.25;
 /// Elevated windows a conclusion rests on: the newest ones only, because a regression pooled
 /// across a change of regime (capacity halved, say) reads the step between the regimes as a
 /// correlation that neither regime has.

@@ -6,10 +6,11 @@
 //! A latency that came down because the limit was cut (our own queue drained) is no
 //! recovery: going back would rebuild that queue.
 
-/// A p90 this far under the slow service time the baseline followed is a recovery...
+use crate::baseline::ELEVATED;
+
+/// A p90 this far under the slow service time the baseline followed is a recovery; one
+/// within [`ELEVATED`] x the baseline is healthy.
 const RECOVERED: f64 = 0.5;
-/// ...and a window's p90 within this multiple of the baseline is healthy.
-const HEALTHY: f64 = 1.25;
 
 /// One window as recovery reads it.
 #[derive(Clone, Copy, Debug)]
@@ -47,7 +48,7 @@ impl Recovery {
             self.slow_limit = None;
             return Some(self.healthy_limit);
         }
-        if w.p90 > HEALTHY * w.baseline {
+        if w.p90 > ELEVATED * w.baseline {
             if RECOVERED * w.p90 >= w.baseline {
                 self.slow_limit = Some(w.limit);
             }
