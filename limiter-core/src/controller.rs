@@ -267,7 +267,7 @@ impl<A: LimitAlgorithm> Controller for DestinationController<A> {
         self.windows.record_outcome(outcome);
     }
 
-    /// For its first [`FIRST_WORD_NS`] a new destination refuses nothing below the upper
+    /// For its first 100 ms (`FIRST_WORD_NS`) a new destination refuses nothing below the upper
     /// bound: a burst on attach is traffic, not overload. The first update after that starts
     /// the limit at what that traffic was seen to hold (the highest in-flight a sample
     /// started at), and never under the initial limit.
