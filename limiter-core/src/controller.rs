@@ -48,6 +48,8 @@ pub struct DestinationController<A = AnyAlgorithm> {
     flat_windows: u32,
     /// When the limit was last lowered.
     cut_at_ns: u64,
+    /// Samples of requests that started before this time measured a queue slow start built.
+    fresh_from_ns: u64,
     /// Until this time the limit is the upper bound (see [`Controller::update`]).
     first_word_at: Option<u64>,
 }
@@ -81,6 +83,7 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             learned: false,
             flat_windows: 0,
             cut_at_ns: 0,
+            fresh_from_ns: 0,
             first_word_at: Some(now_ns + FIRST_WORD_NS),
         }
     }
@@ -242,7 +245,9 @@ impl<A: LimitAlgorithm> DestinationController<A> {
 
 impl<A: LimitAlgorithm> Controller for DestinationController<A> {
     fn on_sample(&mut self, now_ns: u64, latency_ns: u64, inflight: u32) {
-        self.windows.record_sample(latency_ns, inflight);
+        if now_ns.saturating_sub(latency_ns) >= self.fresh_from_ns {
+            self.windows.record_sample(latency_ns, inflight);
+        }
         self.slow_start.on_sample(now_ns, latency_ns, inflight);
     }
 
@@ -287,13 +292,17 @@ impl<A: LimitAlgorithm> Controller for DestinationController<A> {
             self.learned = true;
             self.slow_start.finish();
         }
-        if let Some(learned) = self.slow_start.next_limit(now_ns, self.limit) {
+        let median = self.windows.median().unwrap_or(0.0);
+        if let Some(learned) = self.slow_start.next_limit(now_ns, self.limit, median) {
             self.set_limit(learned);
             if !self.learned && self.slow_start.take_queued() {
-                // The windows so far measured the queue the last round built: the baseline
-                // is learned afresh at the level that did not queue.
+                // The windows so far measured the queue the last round built, and so do the
+                // answers still to come to requests that waited in it: the baseline is
+                // learned afresh from requests that start at the level that did not queue.
                 self.filter = LatencyFilter::new(self.smoothing);
                 self.baseline = Baseline::default();
+                self.windows.restart(now_ns);
+                self.fresh_from_ns = now_ns;
             }
         }
         self.published

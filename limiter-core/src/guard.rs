@@ -11,18 +11,27 @@
 /// Windows over which the peak in-flight is remembered (the median filter's span).
 const PEAK_WINDOWS: usize = 5;
 
-/// The peak in-flight of each of the last few windows.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct RecentPeaks {
-    peaks: [u32; PEAK_WINDOWS],
+/// The peak in-flight of each of the last `N` windows.
+#[derive(Clone, Copy, Debug)]
+pub struct RecentPeaks<const N: usize = PEAK_WINDOWS> {
+    peaks: [u32; N],
     next: usize,
 }
 
-impl RecentPeaks {
+impl<const N: usize> Default for RecentPeaks<N> {
+    fn default() -> Self {
+        RecentPeaks {
+            peaks: [0; N],
+            next: 0,
+        }
+    }
+}
+
+impl<const N: usize> RecentPeaks<N> {
     /// Remembers one window's peak, forgetting the oldest.
     pub fn observe(&mut self, peak_inflight: u32) {
         self.peaks[self.next] = peak_inflight;
-        self.next = (self.next + 1) % PEAK_WINDOWS;
+        self.next = (self.next + 1) % N;
     }
 
     /// The highest peak remembered, 0 if none.

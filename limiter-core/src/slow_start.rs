@@ -1,18 +1,30 @@
-//! Learning a new destination: while the controller has no latency history for it, a
-//! refused connect is demand it has not been shown, so the limit grows to meet it at once
-//! instead of waiting for windows: the first time to meet the refused connects, then as in
-//! TCP's slow start (RFC 5681) doubling, at most once per round: a round ends when a request
-//! admitted at the new level has been answered, so the new level has been tried. As in
-//! HyStart (RFC 9406) it stops on delay: an answer no slower than [`QUEUEING`] x the fastest
-//! is *clean* (it did not wait for a worker), and the highest in-flight count a clean answer
-//! started at is concurrency the upstream has been seen to serve without queueing. A round
-//! that tried well beyond it with no clean answer means the upstream queues: growth ends,
-//! back at that clean level.
+//! Learning a new destination: while the controller has no latency history for it, demand
+//! beyond the limit is demand it has not been shown, so the limit grows to meet it at once
+//! instead of waiting for windows. Demand shows as a refused connect, or as a request that
+//! started with [`NEARLY_FULL`] of the limit in flight (TCP grows its window in slow start
+//! while the flight uses half of it): growing then spares the refusal. The first growth
+//! meets the refused connects twice over (a burst refused once comes again), later ones
+//! double as in TCP's slow start (RFC 5681), at most once per round: a round ends when a
+//! request admitted at the new level has been answered, so the new level has been tried.
+//!
+//! As in HyStart (RFC 9406) growth stops on delay, comparing a round with what came before:
+//! when most answers to requests that started at the new level took more than [`QUEUEING`]
+//! x the median answer before the growth, the level queued. Growth ends there, back at the
+//! highest in-flight an answer within [`QUEUEING`] x the fastest started at: concurrency
+//! the upstream was seen to serve without a wait. The verdict rests on most answers, not on
+//! the absence of a fast one: with service times spread as real ones are, only a few per
+//! cent of answers come within 1.25x the fastest, so a healthy burst often holds none.
 
-/// An answer within this multiple of the fastest did not queue.
+use crate::window::dispersed;
+
+/// An answer within this multiple of the typical one (the median before the round), or of
+/// the fastest, did not queue.
 const QUEUEING: f64 = 1.25;
-/// A round that tried this multiple of the clean level without a clean answer queued.
-const BEYOND_CLEAN: f64 = 1.1;
+/// Answers at a new level before it can be found to queue (HyStart's N_RTT_SAMPLE): one
+/// slow answer is the spread of service times.
+const VERDICT_ANSWERS: u32 = 8;
+/// A request that started with this share of the limit in flight shows demand at the limit.
+const NEARLY_FULL: f64 = 0.75;
 
 /// Growth on refused demand while a destination is learned.
 #[derive(Clone, Copy, Debug)]
@@ -21,13 +33,24 @@ pub struct SlowStart {
     /// could never be tried.
     max: f64,
     sheds: u32,
+    /// The highest in-flight a request started at since the limit last changed, and the
+    /// range of those requests' latencies.
+    peak_inflight: u32,
+    peak_latencies: Option<(u64, u64)>,
+    /// The limit at the last update, and since when it has held.
+    seen_limit: f64,
+    seen_since_ns: u64,
     /// When the limit last grew, and to what.
     grown: Option<(u64, f64)>,
-    previous: f64,
+    /// The median answer when the limit last grew.
+    reference_ns: f64,
+    /// Answers to requests that started at the new level, and how many of them were within
+    /// [`QUEUEING`] x the reference.
+    tried: u32,
+    tried_typical: u32,
     fastest_ns: u64,
+    /// The highest in-flight an answer within [`QUEUEING`] x the fastest started at.
     clean_inflight: u32,
-    round_tried: bool,
-    tried_inflight: u32,
     done: bool,
     /// The last round queued: the windows of that round measured our queue.
     queued: bool,
@@ -39,12 +62,16 @@ impl SlowStart {
         SlowStart {
             max,
             sheds: 0,
+            peak_inflight: 0,
+            peak_latencies: None,
+            seen_limit: 0.0,
+            seen_since_ns: 0,
             grown: None,
-            previous: 0.0,
+            reference_ns: 0.0,
+            tried: 0,
+            tried_typical: 0,
             fastest_ns: u64::MAX,
             clean_inflight: 0,
-            round_tried: false,
-            tried_inflight: 0,
             done: false,
             queued: false,
         }
@@ -52,16 +79,27 @@ impl SlowStart {
 
     /// A request admitted with `inflight` in flight was answered after `latency_ns`.
     pub fn on_sample(&mut self, now_ns: u64, latency_ns: u64, inflight: u32) {
+        let started_ns = now_ns.saturating_sub(latency_ns);
+        if started_ns >= self.seen_since_ns {
+            self.peak_inflight = self.peak_inflight.max(inflight);
+            let (lo, hi) = self.peak_latencies.unwrap_or((latency_ns, latency_ns));
+            self.peak_latencies = Some((lo.min(latency_ns), hi.max(latency_ns)));
+        }
         self.fastest_ns = self.fastest_ns.min(latency_ns);
         if latency_ns as f64 <= QUEUEING * self.fastest_ns as f64 {
             self.clean_inflight = self.clean_inflight.max(inflight);
         }
         if let Some((at, level)) = self.grown {
-            if now_ns.saturating_sub(latency_ns) >= at {
-                self.tried_inflight = self.tried_inflight.max(inflight);
-                self.round_tried |= f64::from(inflight) >= level.floor();
+            if started_ns >= at && f64::from(inflight) >= level.floor() {
+                self.tried += 1;
+                self.tried_typical += u32::from(latency_ns as f64 <= QUEUEING * self.reference_ns);
             }
         }
+    }
+
+    fn forget_peak(&mut self) {
+        self.peak_inflight = 0;
+        self.peak_latencies = None;
     }
 
     /// Whether growth ended because the upstream queued; asks once.
@@ -79,33 +117,55 @@ impl SlowStart {
         self.done = true;
     }
 
-    /// At an update: the limit to move to, if connects were refused since the last one.
-    pub fn next_limit(&mut self, now_ns: u64, limit: f64) -> Option<f64> {
+    /// At an update: the limit to move to, if connects were refused since the last one or
+    /// the limit was nearly full; `median_ns` is the median of the latest answers.
+    pub fn next_limit(&mut self, now_ns: u64, limit: f64, median_ns: f64) -> Option<f64> {
         let sheds = std::mem::take(&mut self.sheds);
-        if self.done || sheds == 0 {
+        if limit != self.seen_limit {
+            self.seen_limit = limit;
+            self.seen_since_ns = now_ns;
+            self.forget_peak();
+        }
+        // Identical latencies are a timer (a hung upstream's clients timing out), whose
+        // connections are no demand to grow for.
+        let nearly_full = f64::from(self.peak_inflight) >= NEARLY_FULL * limit
+            && self
+                .peak_latencies
+                .is_some_and(|(lo, hi)| dispersed(lo, hi));
+        if self.done || (sheds == 0 && !nearly_full) {
             return None;
         }
         if self.grown.is_some() {
-            if !self.round_tried {
+            if self.tried == 0 {
                 return None; // the last growth has not been tried yet
             }
-            if f64::from(self.tried_inflight) > BEYOND_CLEAN * f64::from(self.clean_inflight) {
+            // Most answers at the new level slower than the typical one before: it queued.
+            // Only a refusal ends the growth there: a nearly full limit with nothing refused
+            // needs no verdict yet.
+            if 2 * self.tried_typical < self.tried {
+                if sheds == 0 || self.tried < VERDICT_ANSWERS {
+                    return None;
+                }
                 self.done = true;
                 self.queued = true;
-                return Some(self.previous.max(f64::from(self.clean_inflight)));
+                return Some(f64::from(self.clean_inflight));
             }
         }
         // The first growth has nothing to go on but the refused demand; later ones double.
         let grown = if self.grown.is_none() {
-            (2.0 * limit).max(limit + f64::from(sheds))
+            (2.0 * limit).max(limit + 2.0 * f64::from(sheds))
         } else {
             2.0 * limit
         }
         .min(self.max);
-        self.previous = limit;
+        if grown <= limit {
+            return None; // at the bound: its round goes on until it is judged
+        }
+        self.forget_peak();
+        self.reference_ns = median_ns;
         self.grown = Some((now_ns, grown));
-        self.round_tried = false;
-        self.tried_inflight = 0;
+        self.tried = 0;
+        self.tried_typical = 0;
         Some(grown)
     }
 }
@@ -116,61 +176,174 @@ mod tests {
 
     const MS: u64 = 1_000_000;
     const MAX: f64 = 200.0;
+    /// The median answer of the tests' upstream.
+    const TYPICAL: f64 = 30.0 * MS as f64;
 
     #[test]
-    fn refused_demand_grows_the_limit_to_meet_it() {
+    fn refused_demand_grows_the_limit_to_meet_it_twice_over() {
         let mut s = SlowStart::new(MAX);
-        assert_eq!(s.next_limit(100 * MS, 20.0), None, "nothing refused");
-        for _ in 0..80 {
+        assert_eq!(
+            s.next_limit(100 * MS, 20.0, TYPICAL),
+            None,
+            "nothing refused"
+        );
+        for _ in 0..30 {
             s.on_shed();
         }
-        assert_eq!(s.next_limit(200 * MS, 20.0), Some(100.0));
+        assert_eq!(s.next_limit(200 * MS, 20.0, TYPICAL), Some(80.0));
+    }
+
+    #[test]
+    fn a_nearly_full_limit_grows_before_it_refuses() {
+        let mut s = SlowStart::new(MAX);
+        assert_eq!(
+            s.next_limit(100 * MS, 20.0, TYPICAL),
+            None,
+            "the limit starts"
+        );
+        s.on_sample(180 * MS, 30 * MS, 14);
+        assert_eq!(
+            s.next_limit(200 * MS, 20.0, TYPICAL),
+            None,
+            "14 of 20 is room"
+        );
+        s.on_sample(280 * MS, 32 * MS, 15);
+        assert_eq!(
+            s.next_limit(300 * MS, 20.0, TYPICAL),
+            Some(40.0),
+            "15 of 20"
+        );
+    }
+
+    #[test]
+    fn identical_latencies_at_the_limit_are_no_demand() {
+        let mut s = SlowStart::new(MAX);
+        assert_eq!(
+            s.next_limit(100 * MS, 20.0, TYPICAL),
+            None,
+            "the limit starts"
+        );
+        s.on_sample(180 * MS, 30 * MS, 20);
+        s.on_sample(190 * MS, 30 * MS, 20);
+        assert_eq!(
+            s.next_limit(200 * MS, 20.0, TYPICAL),
+            None,
+            "a timer, not service"
+        );
+    }
+
+    #[test]
+    fn requests_that_started_before_the_limit_changed_are_not_its_demand() {
+        let mut s = SlowStart::new(MAX);
+        assert_eq!(
+            s.next_limit(100 * MS, 100.0, TYPICAL),
+            None,
+            "a burst set the limit"
+        );
+        s.on_sample(150 * MS, 80 * MS, 100);
+        s.on_sample(160 * MS, 90 * MS, 100);
+        assert_eq!(
+            s.next_limit(200 * MS, 100.0, TYPICAL),
+            None,
+            "the burst's own answers"
+        );
     }
 
     #[test]
     fn grows_once_per_round_and_at_least_doubles() {
         let mut s = SlowStart::new(MAX);
-        s.on_sample(50 * MS, 30 * MS, 20);
         s.on_shed();
-        assert_eq!(s.next_limit(100 * MS, 20.0), Some(40.0));
-        s.on_sample(160 * MS, 30 * MS, 30);
+        assert_eq!(s.next_limit(100 * MS, 20.0, TYPICAL), Some(40.0));
+        s.on_sample(160 * MS, 30 * MS, 25);
         s.on_shed();
-        assert_eq!(s.next_limit(200 * MS, 40.0), None, "40 not tried yet");
+        assert_eq!(
+            s.next_limit(200 * MS, 40.0, TYPICAL),
+            None,
+            "40 not tried yet"
+        );
         s.on_sample(240 * MS, 30 * MS, 40);
         for _ in 0..100 {
             s.on_shed();
         }
-        assert_eq!(s.next_limit(300 * MS, 40.0), Some(80.0), "doubles");
+        assert_eq!(s.next_limit(300 * MS, 40.0, TYPICAL), Some(80.0), "doubles");
     }
 
     #[test]
-    fn growth_stops_at_the_bound_so_that_the_round_can_be_tried() {
+    fn the_bound_is_tried_and_judged_like_any_level() {
         let mut s = SlowStart::new(MAX);
-        s.on_sample(50 * MS, 30 * MS, 20);
+        s.on_sample(50 * MS, 24 * MS, 20);
         for _ in 0..300 {
             s.on_shed();
         }
-        assert_eq!(s.next_limit(100 * MS, 20.0), Some(MAX));
-        s.on_sample(600 * MS, 120 * MS, 200);
+        assert_eq!(s.next_limit(100 * MS, 20.0, TYPICAL), Some(MAX));
+        s.on_sample(250 * MS, 33 * MS, 200);
         s.on_shed();
         assert_eq!(
-            s.next_limit(700 * MS, MAX),
+            s.next_limit(300 * MS, MAX, TYPICAL),
+            None,
+            "no queue, and no room to grow"
+        );
+        s.on_sample(550 * MS, 120 * MS, 200);
+        s.on_sample(560 * MS, 130 * MS, 200);
+        s.on_shed();
+        assert_eq!(
+            s.next_limit(600 * MS, MAX, TYPICAL),
             Some(20.0),
-            "the bound queued: back to the clean level"
+            "the bound queued: back to where answers were clean"
         );
     }
 
     #[test]
     fn a_round_that_queued_goes_back_to_the_clean_level_and_ends_the_growth() {
         let mut s = SlowStart::new(MAX);
-        s.on_sample(50 * MS, 30 * MS, 50);
+        s.on_sample(50 * MS, 24 * MS, 50);
         s.on_shed();
-        assert_eq!(s.next_limit(100 * MS, 50.0), Some(100.0));
-        s.on_sample(150 * MS, 31 * MS, 60);
+        assert_eq!(s.next_limit(100 * MS, 50.0, TYPICAL), Some(100.0));
+        s.on_sample(150 * MS, 29 * MS, 60);
+        s.on_sample(400 * MS, 35 * MS, 100);
+        s.on_sample(410 * MS, 90 * MS, 100);
+        s.on_sample(420 * MS, 95 * MS, 100);
+        s.on_shed();
+        assert_eq!(
+            s.next_limit(500 * MS, 100.0, TYPICAL),
+            Some(60.0),
+            "two of three answers at 100 took more than 1.25 x 30 ms; 29 ms is clean"
+        );
+        s.on_shed();
+        assert_eq!(s.next_limit(600 * MS, 60.0, TYPICAL), None, "growth ended");
+    }
+
+    #[test]
+    fn a_slow_answer_among_typical_ones_is_no_queue() {
+        let mut s = SlowStart::new(MAX);
+        s.on_shed();
+        assert_eq!(s.next_limit(100 * MS, 50.0, TYPICAL), Some(100.0));
+        s.on_sample(300 * MS, 36 * MS, 100);
+        s.on_sample(350 * MS, 33 * MS, 100);
         s.on_sample(400 * MS, 90 * MS, 100);
         s.on_shed();
-        assert_eq!(s.next_limit(500 * MS, 100.0), Some(60.0));
+        assert_eq!(s.next_limit(500 * MS, 100.0, TYPICAL), Some(200.0));
+    }
+
+    #[test]
+    fn a_nearly_full_limit_that_queued_waits_for_a_refusal() {
+        let mut s = SlowStart::new(MAX);
+        s.on_sample(50 * MS, 24 * MS, 50);
         s.on_shed();
-        assert_eq!(s.next_limit(600 * MS, 60.0), None);
+        assert_eq!(s.next_limit(100 * MS, 50.0, TYPICAL), Some(100.0));
+        assert_eq!(
+            s.next_limit(200 * MS, 100.0, TYPICAL),
+            None,
+            "the limit moved"
+        );
+        s.on_sample(400 * MS, 90 * MS, 100);
+        s.on_sample(410 * MS, 95 * MS, 100);
+        assert_eq!(
+            s.next_limit(500 * MS, 100.0, TYPICAL),
+            None,
+            "nearly full and queued, but nothing refused yet"
+        );
+        s.on_shed();
+        assert_eq!(s.next_limit(600 * MS, 100.0, TYPICAL), Some(50.0));
     }
 }

@@ -16,6 +16,12 @@ const NANOS_PER_SEC: f64 = 1e9;
 /// Identical latencies within this relative spread are the mark of a timer, not of service.
 const DEGENERATE_SPREAD: f64 = 1e-3;
 
+/// Whether latencies from `min_ns` to `max_ns` differ beyond a timer's spread: identical
+/// latencies carry no evidence of health.
+pub fn dispersed(min_ns: u64, max_ns: u64) -> bool {
+    (max_ns - min_ns) as f64 > max_ns as f64 * DEGENERATE_SPREAD
+}
+
 /// Timeouts weigh double in the error pressure: the client gave up, the strongest signal.
 const TIMEOUT_WEIGHT: u32 = 2;
 
@@ -121,6 +127,11 @@ impl Windows {
         }
     }
 
+    /// Forgets everything, the sample ring too, and opens a window at `now_ns`.
+    pub fn restart(&mut self, now_ns: u64) {
+        *self = Windows::new(self.pipeline, now_ns);
+    }
+
     /// Adds a latency sample taken with `inflight` requests outstanding at its start.
     pub fn record_sample(&mut self, latency_ns: u64, inflight: u32) {
         self.recent.push(latency_ns as f64);
@@ -161,6 +172,11 @@ impl Windows {
     /// The highest in-flight count a sample of the open window started at.
     pub fn peak_inflight(&self) -> u32 {
         self.peak_inflight
+    }
+
+    /// The median of the latest latencies (up to the sample ring's), across windows.
+    pub fn median(&self) -> Option<f64> {
+        self.recent.quantile_of_last(RING, 0.5)
     }
 
     /// The slowest latency of the open window, if it has a sample.
@@ -226,9 +242,7 @@ impl Windows {
                 self.inflight_sum as f64 / f64::from(self.samples)
             },
             peak_inflight: self.peak_inflight,
-            dispersed: self.samples < 2
-                || (self.max_latency_ns - self.min_latency_ns) as f64
-                    > self.max_latency_ns as f64 * DEGENERATE_SPREAD,
+            dispersed: self.samples < 2 || dispersed(self.min_latency_ns, self.max_latency_ns),
             mean_latency_ns: if self.samples == 0 {
                 0.0
             } else {

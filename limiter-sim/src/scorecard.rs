@@ -34,11 +34,6 @@ pub const EXPECTED_FAILURES: &[ExpectedFailure] = &[
         reason: "tolerance 1.5 lets the same queue build on half the workers (about 87, 1.7x C/2); after they return the baseline heals upward onto that queueing and the limit climbs to the maximum.",
     },
     ExpectedFailure {
-        scenario: "streaming",
-        algorithm: Algorithm::Gradient2,
-        reason: "one step per window and, at one sample a second, one window per 30 s: it reaches the 45 streams the load needs only after about 13 minutes, past the 10-minute settling time.",
-    },
-    ExpectedFailure {
         scenario: "baseline-shift",
         algorithm: Algorithm::Gradient2,
         reason: "the healed baseline lets the queue build again after the shift: the limit sits at 160..180, 1.7x C.",
@@ -57,11 +52,6 @@ pub const EXPECTED_FAILURES: &[ExpectedFailure] = &[
         scenario: "capacity-halves",
         algorithm: Algorithm::Aimd,
         reason: "error-driven by design: no errors, so it keeps climbing through the halving, to the maximum.",
-    },
-    ExpectedFailure {
-        scenario: "streaming",
-        algorithm: Algorithm::Aimd,
-        reason: "one step per window and, at one sample a second, one window per 30 s: it reaches the 45 streams the load needs only after about 13 minutes.",
     },
     ExpectedFailure {
         scenario: "low-traffic",
@@ -129,34 +119,14 @@ pub const EXPECTED_FAILURES: &[ExpectedFailure] = &[
         reason: "a static cap neither falls on errors nor reaches C = 100.",
     },
     ExpectedFailure {
-        scenario: "mixed-sizes",
-        algorithm: Algorithm::Gradient2,
-        reason: "one connect refused early, before the slow start had seen the large requests fill in.",
-    },
-    ExpectedFailure {
         scenario: "incident",
         algorithm: Algorithm::Gradient2,
         reason: "its gradient floor of 0.5 per window halves the limit through the incident and its tolerance lets in-flight run to 3x the workers when the 60 s client waits.",
     },
     ExpectedFailure {
-        scenario: "keepalive-pool",
-        algorithm: Algorithm::Gradient2,
-        reason: "three connects of a burst refused after learning ended: its growth per window is slower than the bursts.",
-    },
-    ExpectedFailure {
-        scenario: "mixed-sizes",
-        algorithm: Algorithm::Aimd,
-        reason: "one connect refused early, before the slow start had seen the large requests fill in.",
-    },
-    ExpectedFailure {
         scenario: "incident",
         algorithm: Algorithm::Aimd,
         reason: "error-driven by design: blind to latency, it lets in-flight run to 2-3x the workers, and the 2 s timeouts cut it by 0.9 per window.",
-    },
-    ExpectedFailure {
-        scenario: "keepalive-pool",
-        algorithm: Algorithm::Aimd,
-        reason: "three connects of a burst refused after learning ended: +1 per window is slower than the bursts.",
     },
     ExpectedFailure {
         scenario: "mixed-sizes",

@@ -51,9 +51,9 @@ fn within(trace: &Trace, (from_s, to_s): (f64, f64), lo: f64, hi: f64) {
     );
 }
 
-/// Over seeds 1 to 5. Not every seed holds: a slow start that overshot can leave the
-/// baseline a few percent high, and the limit then holds at 122 to 128 (seeds 7, 10 and 12
-/// of the first twelve; docs/simulation.md has the rate over 200 seeds of the scenario).
+/// Over seeds 1 to 5. Not every seed holds: a baseline learned a few percent high leaves the
+/// limit at 121 to 130 (seeds 14, 15 and 20 of the first twenty; docs/simulation.md has the
+/// rate over 200 seeds of the scenario).
 #[test]
 fn converges_to_capacity_and_holds_within_20_percent() {
     settles_within(100, saturating(), 80.0, 120.0);

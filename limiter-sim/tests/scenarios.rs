@@ -40,7 +40,6 @@ scenario_tests! {
     low_traffic => "low-traffic",
     baseline_shift => "baseline-shift",
     errors => "errors",
-    #[ignore = "not passing yet: one connect refused while the large requests fill in (docs/simulation.md)"]
     mixed_sizes => "mixed-sizes",
     healthy_start => "healthy-start",
     incident => "incident",
