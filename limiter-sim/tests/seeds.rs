@@ -5,7 +5,7 @@ use limiter_sim::{scenarios, sweep, AlgorithmChoice};
 
 /// Scenarios held to every seed; the others are listed in docs/simulation.md with how
 /// often they fail.
-const ROBUST: [&str; 3] = ["healthy-start", "goodbye", "slow-query"];
+const ROBUST: [&str; 4] = ["streaming", "healthy-start", "goodbye", "slow-query"];
 const SEEDS: u64 = 200;
 
 #[test]

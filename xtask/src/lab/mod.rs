@@ -52,11 +52,11 @@ pub struct Options {
     /// Seconds of each of pgbench's three phases (healthy, slow queries, healthy).
     #[arg(long, value_name = "SECS", default_value_t = 20)]
     pgbench_phase: u64,
-    /// The nginx rig's runs, in order (none of them: an empty value).
+    /// The nginx rig's runs, in order (none of them: `--nginx` with no value).
     #[arg(long, value_enum, value_delimiter = ',', num_args = 0.., default_value = "none,prod,shadow")]
     nginx: Vec<Limiter>,
-    /// pgbench's runs, in order.
-    #[arg(long, value_enum, value_delimiter = ',', num_args = 0.., default_value = "none,prod")]
+    /// pgbench's runs, in order; each kind is judged by the median of its runs.
+    #[arg(long, value_enum, value_delimiter = ',', num_args = 0.., default_value = "none,prod,none,prod,none,prod")]
     pgbench: Vec<Limiter>,
     /// Also write every run's readings as CSV files into this directory.
     #[arg(long, value_name = "DIR")]
@@ -75,6 +75,20 @@ impl Options {
             Phases::new(secs(self.healthy), secs(self.incident), secs(self.recovery)),
             Phases::new(pg, pg, pg),
         )
+    }
+
+    /// pgbench's runs: a smoke run plays each kind once.
+    fn pgbench_runs(&self) -> Vec<Limiter> {
+        let mut runs = self.pgbench.clone();
+        if self.smoke {
+            let mut seen = Vec::new();
+            runs.retain(|r| {
+                let first = !seen.contains(r);
+                seen.push(*r);
+                first
+            });
+        }
+        runs
     }
 
     fn out(&self) -> PathBuf {
@@ -136,7 +150,7 @@ pub fn run(options: Options) -> Result<()> {
     drop(upstream);
     let cluster = postgres::Cluster::start(&postgres)?;
     let mut pg_runs = Vec::new();
-    for &limiter in &options.pgbench {
+    for limiter in options.pgbench_runs() {
         eprintln!("lab: pgbench, {}", limiter.label());
         pg_runs.push(pgbench::run(&bins, pg_phases, &cluster, limiter)?);
     }

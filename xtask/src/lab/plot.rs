@@ -100,10 +100,13 @@ pub fn rig(path: &Path, runs: &[RigRun]) -> Result<()> {
     )
 }
 
+/// One column per kind of run: the first of each (the runs repeat for their tps only).
 pub fn pgbench(path: &Path, runs: &[PgRun]) -> Result<()> {
     let columns = runs
         .iter()
-        .map(|run| Column {
+        .enumerate()
+        .filter(|(i, run)| !runs[..*i].iter().any(|r| r.limiter == run.limiter))
+        .map(|(_, run)| Column {
             label: run.limiter.label(),
             phases: run.phases,
             panels: [

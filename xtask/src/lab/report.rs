@@ -11,6 +11,7 @@ use super::{
     upstream,
 };
 use crate::bench::machine::{command_line, Machine};
+use crate::bench::stats::median;
 
 pub struct Pictures {
     pub rig: String,
@@ -277,18 +278,41 @@ impl Report<'_> {
             },
         );
         let _ = writeln!(out);
-        let unlimited = self.pgbench.iter().find(|r| r.limiter == Limiter::None);
+        // pgbench's tps varies by a fifth from run to run on a shared machine: the runs
+        // take turns, and each kind is judged by its median.
+        let tps_of = |limiter| {
+            let tps: Vec<f64> = self
+                .pgbench
+                .iter()
+                .filter(|r| r.limiter == limiter)
+                .map(|r| r.tps)
+                .collect();
+            (!tps.is_empty()).then(|| (median(&tps), tps.len()))
+        };
+        let mut judged = Vec::new();
         for run in self.pgbench.iter().filter(|r| r.limiter != Limiter::None) {
+            if judged.contains(&run.limiter) {
+                continue;
+            }
+            judged.push(run.limiter);
+            let aborted: usize = self
+                .pgbench
+                .iter()
+                .filter(|r| r.limiter == run.limiter)
+                .map(|r| r.aborted)
+                .sum();
+            let (tps, runs) = tps_of(run.limiter).expect("this run's kind");
             let _ = writeln!(
                 out,
-                "pgbench, {}: 0 aborted clients: {}; tps >= {PGBENCH_TPS} x the run without a \
-                 limiter: {}.\n",
+                "pgbench, {} ({runs} run{}): 0 aborted clients: {}; median tps >= {PGBENCH_TPS} x \
+                 the runs without a limiter: {}.\n",
                 run.limiter.label(),
-                verdict(run.aborted == 0, format!("{} aborted", run.aborted)),
-                match unlimited {
-                    Some(u) => verdict(
-                        run.tps >= PGBENCH_TPS * u.tps,
-                        format!("{:.1} against {:.1}", run.tps, u.tps)
+                if runs == 1 { "" } else { "s" },
+                verdict(aborted == 0, format!("{aborted} aborted")),
+                match tps_of(Limiter::None) {
+                    Some((unlimited, _)) => verdict(
+                        tps >= PGBENCH_TPS * unlimited,
+                        format!("{tps:.1} against {unlimited:.1}")
                     ),
                     None => "no run without it".into(),
                 }
@@ -450,11 +474,13 @@ fn render_running(out: &mut String) {
          ```sh\n\
          sudo apt-get install -y clang libbpf-dev bpftool iproute2 nginx wrk postgresql && sudo -E env \"PATH=$PATH\" cargo xtask lab\n\
          ```\n\n\
-         It builds the agent in release, takes about ten minutes with the default phases \
+         It builds the agent in release, takes about fourteen minutes with the default phases \
          (`--healthy`, `--incident`, `--recovery` and `--pgbench-phase` set them, in seconds), \
          and replaces this file and its pictures (`--out` writes them elsewhere). nginx, wrk, \
          PostgreSQL and pgbench are started by the lab with configurations of its own, never as \
-         the system's services. Every process, cgroup, network namespace, veth pair, temporary \
+         the system's services. pgbench runs three times with and without the limiter, taking \
+         turns, and each is judged by its median: its tps varies by a fifth from run to run \
+         on a shared machine. Every process, cgroup, network namespace, veth pair, temporary \
          directory and pin it makes is removed however it ends (an error, Ctrl-C, SIGTERM), \
          though not when it is killed with SIGKILL: then `limiter-test-lab-*` cgroups and a \
          `limiter-test-*` namespace may be left. `cargo xtask lab --smoke` runs \
