@@ -26,7 +26,7 @@ const VERDICT_ANSWERS: u32 = 8;
 /// A request that started with this share of the limit in flight shows demand at the limit.
 const NEARLY_FULL: f64 = 0.75;
 
-/// Growth on refused demand while a destination is learned.
+/// Growth on demand at the limit while a destination is learned.
 #[derive(Clone, Copy, Debug)]
 pub struct SlowStart {
     /// The limit's upper bound: a level above it cannot be put in flight, so growth to it
@@ -179,6 +179,14 @@ mod tests {
     /// The median answer of the tests' upstream.
     const TYPICAL: f64 = 30.0 * MS as f64;
 
+    /// `n` answers of `latency_ns` to requests that started at `inflight`, answered at
+    /// `at_ns`.
+    fn answers(s: &mut SlowStart, n: u32, at_ns: u64, latency_ns: u64, inflight: u32) {
+        for _ in 0..n {
+            s.on_sample(at_ns, latency_ns, inflight);
+        }
+    }
+
     #[test]
     fn refused_demand_grows_the_limit_to_meet_it_twice_over() {
         let mut s = SlowStart::new(MAX);
@@ -283,8 +291,7 @@ mod tests {
             None,
             "no queue, and no room to grow"
         );
-        s.on_sample(550 * MS, 120 * MS, 200);
-        s.on_sample(560 * MS, 130 * MS, 200);
+        answers(&mut s, 8, 550 * MS, 120 * MS, 200);
         s.on_shed();
         assert_eq!(
             s.next_limit(600 * MS, MAX, TYPICAL),
@@ -300,14 +307,13 @@ mod tests {
         s.on_shed();
         assert_eq!(s.next_limit(100 * MS, 50.0, TYPICAL), Some(100.0));
         s.on_sample(150 * MS, 29 * MS, 60);
-        s.on_sample(400 * MS, 35 * MS, 100);
-        s.on_sample(410 * MS, 90 * MS, 100);
-        s.on_sample(420 * MS, 95 * MS, 100);
+        answers(&mut s, 3, 400 * MS, 35 * MS, 100);
+        answers(&mut s, 5, 410 * MS, 90 * MS, 100);
         s.on_shed();
         assert_eq!(
             s.next_limit(500 * MS, 100.0, TYPICAL),
             Some(60.0),
-            "two of three answers at 100 took more than 1.25 x 30 ms; 29 ms is clean"
+            "five of eight answers at 100 took more than 1.25 x 30 ms; 29 ms is clean"
         );
         s.on_shed();
         assert_eq!(s.next_limit(600 * MS, 60.0, TYPICAL), None, "growth ended");
@@ -336,13 +342,30 @@ mod tests {
             None,
             "the limit moved"
         );
-        s.on_sample(400 * MS, 90 * MS, 100);
-        s.on_sample(410 * MS, 95 * MS, 100);
+        answers(&mut s, 8, 400 * MS, 90 * MS, 100);
         assert_eq!(
             s.next_limit(500 * MS, 100.0, TYPICAL),
             None,
             "nearly full and queued, but nothing refused yet"
         );
+        s.on_shed();
+        assert_eq!(s.next_limit(600 * MS, 100.0, TYPICAL), Some(50.0));
+    }
+
+    #[test]
+    fn a_few_slow_answers_are_no_verdict() {
+        let mut s = SlowStart::new(MAX);
+        s.on_sample(50 * MS, 24 * MS, 50);
+        s.on_shed();
+        assert_eq!(s.next_limit(100 * MS, 50.0, TYPICAL), Some(100.0));
+        answers(&mut s, 7, 400 * MS, 90 * MS, 100);
+        s.on_shed();
+        assert_eq!(
+            s.next_limit(500 * MS, 100.0, TYPICAL),
+            None,
+            "seven slow answers: neither growth nor an end"
+        );
+        answers(&mut s, 1, 550 * MS, 90 * MS, 100);
         s.on_shed();
         assert_eq!(s.next_limit(600 * MS, 100.0, TYPICAL), Some(50.0));
     }
