@@ -152,13 +152,13 @@ impl Report<'_> {
              connections and {think} ms of think time between a response and the next request. \
              Phases: healthy ({h} s at {healthy_ms} ms of service time), incident ({i} s at \
              {slow_ms} ms: the upstream's own dependency slowed, its workers are all there), \
-             recovery ({r} s at {healthy_ms} ms). Runs: no limiter, the limiter in prod, the \
-             limiter in shadow, each with its defaults and a fresh nginx.\n\
+             recovery ({r} s at {healthy_ms} ms). Runs, in order: {rig_runs}; each with the \
+             limiter's defaults and a fresh nginx.\n\
              - **pgbench.** {pgbench} with a connection per transaction (`-C`, {pg_clients} \
              clients) in a cgroup of its own, against a PostgreSQL cluster the lab makes with \
              initdb and runs on a loopback port. Each transaction is `SELECT pg_sleep(d)`: d is 0 \
-             for {ph} s, {pg_slow} ms for {pi} s, 0 for {pr} s. Runs: no limiter, the limiter in \
-             prod.\n\n\
+             for {ph} s, {pg_slow} ms for {pi} s, 0 for {pr} s. Runs, in order: {pg_runs}; each \
+             kind is judged by the median of its runs.\n\n\
              The limit, the limiter's in-flight count and its counters were read with \
              `limiter-user status --json` every {period} ms; connections held to the upstream \
              from the kernel's socket table; requests from nginx's access log.\n\n\
@@ -167,6 +167,8 @@ impl Report<'_> {
              in the second before, {idle_after} after): the figures are noisy, and a second run \
              gives different ones.\n\n",
             command = self.command,
+            rig_runs = run_order(self.rig.iter().map(|r| r.limiter)),
+            pg_runs = run_order(self.pgbench.iter().map(|r| r.limiter)),
             nginx = version("nginx", &["-v"]),
             workers = rig::NGINX_WORKERS,
             timeout = rig::READ_TIMEOUT.as_secs(),
@@ -487,4 +489,14 @@ fn render_running(out: &mut String) {
          every run once for a few seconds with the debug build, and \
          `xtask/tests/lab_smoke.rs` runs that in the test suite; the full lab is not part of it."
     );
+}
+
+/// The runs' kinds, in the order they ran.
+fn run_order(runs: impl Iterator<Item = Limiter>) -> String {
+    let labels: Vec<_> = runs.map(Limiter::label).collect();
+    if labels.is_empty() {
+        "none".into()
+    } else {
+        labels.join(", ")
+    }
 }
