@@ -5,11 +5,11 @@
 //! cut below what the clients use spares it nothing: each refusal is a client turned away
 //! (pgbench aborts it for good). So the highest in-flight of the last healthy windows in
 //! which the limit refused nothing, with the same margin up to which more in flight still
-//! reads as those clients (a window's peak is one draw of a demand that varies), is a
-//! floor under the cuts the latency asks for. A window
-//! the limit bound says nothing of the demand, which was more than the limit: where demand
-//! always exceeds the limit there is no floor, and a queue of our own making is cut as
-//! before. Errors above the background still cut through it.
+//! reads as those clients (a window's peak is one draw of a demand that varies), is a floor
+//! under the cuts the latency asks for. A window the limit bound says nothing of the
+//! demand, which was more than the limit: where demand always exceeds the limit there is no
+//! floor, and a queue of our own making is cut as before. Errors above the background still
+//! cut through it.
 
 use crate::guard::RecentPeaks;
 
@@ -32,9 +32,8 @@ impl DemandFloor {
     }
 
     /// `proposed`, with a cut below `limit` stopped at the demand's healthy peak (with its
-    /// margin), unless
-    /// the window's own peak in-flight shows connections piling up beyond it. Never above
-    /// `limit`: the floor only holds what is there, it never raises the limit.
+    /// margin), unless the window's own peak in-flight shows connections piling up beyond
+    /// it. Never above `limit`: the floor only holds what is there, it never raises it.
     pub fn hold(&self, limit: f64, proposed: f64, peak_inflight: u32) -> f64 {
         let floor = f64::from(self.peaks.max());
         if proposed >= limit || f64::from(peak_inflight) > PILE_UP * floor {
