@@ -480,9 +480,10 @@ fn render_running(out: &mut String) {
          (`--healthy`, `--incident`, `--recovery` and `--pgbench-phase` set them, in seconds), \
          and replaces this file and its pictures (`--out` writes them elsewhere). nginx, wrk, \
          PostgreSQL and pgbench are started by the lab with configurations of its own, never as \
-         the system's services. pgbench runs three times with and without the limiter, taking \
-         turns, and each is judged by its median: its tps varies by a fifth from run to run \
-         on a shared machine. Every process, cgroup, network namespace, veth pair, temporary \
+         the system's services. pgbench runs twice without the limiter and twice with it, in \
+         the order none, prod, prod, none, and each kind is judged by its median: its tps \
+         varies by a fifth from run to run here, and drifts over a series of runs (by a third \
+         over six), which this order puts on both kinds alike. Every process, cgroup, network namespace, veth pair, temporary \
          directory and pin it makes is removed however it ends (an error, Ctrl-C, SIGTERM), \
          though not when it is killed with SIGKILL: then `limiter-test-lab-*` cgroups and a \
          `limiter-test-*` namespace may be left. `cargo xtask lab --smoke` runs \
