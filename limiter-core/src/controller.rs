@@ -292,7 +292,8 @@ impl<A: LimitAlgorithm> Controller for DestinationController<A> {
             self.learned = true;
             self.slow_start.finish();
         }
-        let median = self.windows.median().unwrap_or(0.0);
+        let windows = &self.windows;
+        let median = || windows.median().unwrap_or(0.0);
         if let Some(learned) = self.slow_start.next_limit(now_ns, self.limit, median) {
             self.set_limit(learned);
             if !self.learned && self.slow_start.take_queued() {

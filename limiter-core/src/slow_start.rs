@@ -118,8 +118,14 @@ impl SlowStart {
     }
 
     /// At an update: the limit to move to, if connects were refused since the last one or
-    /// the limit was nearly full; `median_ns` is the median of the latest answers.
-    pub fn next_limit(&mut self, now_ns: u64, limit: f64, median_ns: f64) -> Option<f64> {
+    /// the limit was nearly full; `median_ns` gives the median of the latest answers, asked
+    /// only when the limit grows.
+    pub fn next_limit(
+        &mut self,
+        now_ns: u64,
+        limit: f64,
+        median_ns: impl FnOnce() -> f64,
+    ) -> Option<f64> {
         let sheds = std::mem::take(&mut self.sheds);
         if limit != self.seen_limit {
             self.seen_limit = limit;
@@ -162,7 +168,7 @@ impl SlowStart {
             return None; // at the bound: its round goes on until it is judged
         }
         self.forget_peak();
-        self.reference_ns = median_ns;
+        self.reference_ns = median_ns();
         self.grown = Some((now_ns, grown));
         self.tried = 0;
         self.tried_typical = 0;
@@ -191,33 +197,33 @@ mod tests {
     fn refused_demand_grows_the_limit_to_meet_it_twice_over() {
         let mut s = SlowStart::new(MAX);
         assert_eq!(
-            s.next_limit(100 * MS, 20.0, TYPICAL),
+            s.next_limit(100 * MS, 20.0, || TYPICAL),
             None,
             "nothing refused"
         );
         for _ in 0..30 {
             s.on_shed();
         }
-        assert_eq!(s.next_limit(200 * MS, 20.0, TYPICAL), Some(80.0));
+        assert_eq!(s.next_limit(200 * MS, 20.0, || TYPICAL), Some(80.0));
     }
 
     #[test]
     fn a_nearly_full_limit_grows_before_it_refuses() {
         let mut s = SlowStart::new(MAX);
         assert_eq!(
-            s.next_limit(100 * MS, 20.0, TYPICAL),
+            s.next_limit(100 * MS, 20.0, || TYPICAL),
             None,
             "the limit starts"
         );
         s.on_sample(180 * MS, 30 * MS, 14);
         assert_eq!(
-            s.next_limit(200 * MS, 20.0, TYPICAL),
+            s.next_limit(200 * MS, 20.0, || TYPICAL),
             None,
             "14 of 20 is room"
         );
         s.on_sample(280 * MS, 32 * MS, 15);
         assert_eq!(
-            s.next_limit(300 * MS, 20.0, TYPICAL),
+            s.next_limit(300 * MS, 20.0, || TYPICAL),
             Some(40.0),
             "15 of 20"
         );
@@ -227,14 +233,14 @@ mod tests {
     fn identical_latencies_at_the_limit_are_no_demand() {
         let mut s = SlowStart::new(MAX);
         assert_eq!(
-            s.next_limit(100 * MS, 20.0, TYPICAL),
+            s.next_limit(100 * MS, 20.0, || TYPICAL),
             None,
             "the limit starts"
         );
         s.on_sample(180 * MS, 30 * MS, 20);
         s.on_sample(190 * MS, 30 * MS, 20);
         assert_eq!(
-            s.next_limit(200 * MS, 20.0, TYPICAL),
+            s.next_limit(200 * MS, 20.0, || TYPICAL),
             None,
             "a timer, not service"
         );
@@ -244,14 +250,14 @@ mod tests {
     fn requests_that_started_before_the_limit_changed_are_not_its_demand() {
         let mut s = SlowStart::new(MAX);
         assert_eq!(
-            s.next_limit(100 * MS, 100.0, TYPICAL),
+            s.next_limit(100 * MS, 100.0, || TYPICAL),
             None,
             "a burst set the limit"
         );
         s.on_sample(150 * MS, 80 * MS, 100);
         s.on_sample(160 * MS, 90 * MS, 100);
         assert_eq!(
-            s.next_limit(200 * MS, 100.0, TYPICAL),
+            s.next_limit(200 * MS, 100.0, || TYPICAL),
             None,
             "the burst's own answers"
         );
@@ -261,11 +267,11 @@ mod tests {
     fn grows_once_per_round_and_at_least_doubles() {
         let mut s = SlowStart::new(MAX);
         s.on_shed();
-        assert_eq!(s.next_limit(100 * MS, 20.0, TYPICAL), Some(40.0));
+        assert_eq!(s.next_limit(100 * MS, 20.0, || TYPICAL), Some(40.0));
         s.on_sample(160 * MS, 30 * MS, 25);
         s.on_shed();
         assert_eq!(
-            s.next_limit(200 * MS, 40.0, TYPICAL),
+            s.next_limit(200 * MS, 40.0, || TYPICAL),
             None,
             "40 not tried yet"
         );
@@ -273,7 +279,11 @@ mod tests {
         for _ in 0..100 {
             s.on_shed();
         }
-        assert_eq!(s.next_limit(300 * MS, 40.0, TYPICAL), Some(80.0), "doubles");
+        assert_eq!(
+            s.next_limit(300 * MS, 40.0, || TYPICAL),
+            Some(80.0),
+            "doubles"
+        );
     }
 
     #[test]
@@ -283,18 +293,18 @@ mod tests {
         for _ in 0..300 {
             s.on_shed();
         }
-        assert_eq!(s.next_limit(100 * MS, 20.0, TYPICAL), Some(MAX));
+        assert_eq!(s.next_limit(100 * MS, 20.0, || TYPICAL), Some(MAX));
         s.on_sample(250 * MS, 33 * MS, 200);
         s.on_shed();
         assert_eq!(
-            s.next_limit(300 * MS, MAX, TYPICAL),
+            s.next_limit(300 * MS, MAX, || TYPICAL),
             None,
             "no queue, and no room to grow"
         );
         answers(&mut s, 8, 550 * MS, 120 * MS, 200);
         s.on_shed();
         assert_eq!(
-            s.next_limit(600 * MS, MAX, TYPICAL),
+            s.next_limit(600 * MS, MAX, || TYPICAL),
             Some(20.0),
             "the bound queued: back to where answers were clean"
         );
@@ -305,30 +315,34 @@ mod tests {
         let mut s = SlowStart::new(MAX);
         s.on_sample(50 * MS, 24 * MS, 50);
         s.on_shed();
-        assert_eq!(s.next_limit(100 * MS, 50.0, TYPICAL), Some(100.0));
+        assert_eq!(s.next_limit(100 * MS, 50.0, || TYPICAL), Some(100.0));
         s.on_sample(150 * MS, 29 * MS, 60);
         answers(&mut s, 3, 400 * MS, 35 * MS, 100);
         answers(&mut s, 5, 410 * MS, 90 * MS, 100);
         s.on_shed();
         assert_eq!(
-            s.next_limit(500 * MS, 100.0, TYPICAL),
+            s.next_limit(500 * MS, 100.0, || TYPICAL),
             Some(60.0),
             "five of eight answers at 100 took more than 1.25 x 30 ms; 29 ms is clean"
         );
         s.on_shed();
-        assert_eq!(s.next_limit(600 * MS, 60.0, TYPICAL), None, "growth ended");
+        assert_eq!(
+            s.next_limit(600 * MS, 60.0, || TYPICAL),
+            None,
+            "growth ended"
+        );
     }
 
     #[test]
     fn a_slow_answer_among_typical_ones_is_no_queue() {
         let mut s = SlowStart::new(MAX);
         s.on_shed();
-        assert_eq!(s.next_limit(100 * MS, 50.0, TYPICAL), Some(100.0));
+        assert_eq!(s.next_limit(100 * MS, 50.0, || TYPICAL), Some(100.0));
         s.on_sample(300 * MS, 36 * MS, 100);
         s.on_sample(350 * MS, 33 * MS, 100);
         s.on_sample(400 * MS, 90 * MS, 100);
         s.on_shed();
-        assert_eq!(s.next_limit(500 * MS, 100.0, TYPICAL), Some(200.0));
+        assert_eq!(s.next_limit(500 * MS, 100.0, || TYPICAL), Some(200.0));
     }
 
     #[test]
@@ -336,20 +350,20 @@ mod tests {
         let mut s = SlowStart::new(MAX);
         s.on_sample(50 * MS, 24 * MS, 50);
         s.on_shed();
-        assert_eq!(s.next_limit(100 * MS, 50.0, TYPICAL), Some(100.0));
+        assert_eq!(s.next_limit(100 * MS, 50.0, || TYPICAL), Some(100.0));
         assert_eq!(
-            s.next_limit(200 * MS, 100.0, TYPICAL),
+            s.next_limit(200 * MS, 100.0, || TYPICAL),
             None,
             "the limit moved"
         );
         answers(&mut s, 8, 400 * MS, 90 * MS, 100);
         assert_eq!(
-            s.next_limit(500 * MS, 100.0, TYPICAL),
+            s.next_limit(500 * MS, 100.0, || TYPICAL),
             None,
             "nearly full and queued, but nothing refused yet"
         );
         s.on_shed();
-        assert_eq!(s.next_limit(600 * MS, 100.0, TYPICAL), Some(50.0));
+        assert_eq!(s.next_limit(600 * MS, 100.0, || TYPICAL), Some(50.0));
     }
 
     #[test]
@@ -357,16 +371,16 @@ mod tests {
         let mut s = SlowStart::new(MAX);
         s.on_sample(50 * MS, 24 * MS, 50);
         s.on_shed();
-        assert_eq!(s.next_limit(100 * MS, 50.0, TYPICAL), Some(100.0));
+        assert_eq!(s.next_limit(100 * MS, 50.0, || TYPICAL), Some(100.0));
         answers(&mut s, 7, 400 * MS, 90 * MS, 100);
         s.on_shed();
         assert_eq!(
-            s.next_limit(500 * MS, 100.0, TYPICAL),
+            s.next_limit(500 * MS, 100.0, || TYPICAL),
             None,
             "seven slow answers: neither growth nor an end"
         );
         answers(&mut s, 1, 550 * MS, 90 * MS, 100);
         s.on_shed();
-        assert_eq!(s.next_limit(600 * MS, 100.0, TYPICAL), Some(50.0));
+        assert_eq!(s.next_limit(600 * MS, 100.0, || TYPICAL), Some(50.0));
     }
 }
