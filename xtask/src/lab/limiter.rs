@@ -16,6 +16,17 @@ pub enum Limiter {
 }
 
 impl Limiter {
+    /// The kinds among `runs`, each once, in the order they first come.
+    pub fn kinds(runs: impl IntoIterator<Item = Limiter>) -> Vec<Limiter> {
+        let mut kinds = Vec::new();
+        for run in runs {
+            if !kinds.contains(&run) {
+                kinds.push(run);
+            }
+        }
+        kinds
+    }
+
     pub fn label(self) -> &'static str {
         match self {
             Limiter::None => "no limiter",

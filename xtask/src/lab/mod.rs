@@ -80,16 +80,11 @@ impl Options {
 
     /// pgbench's runs: a smoke run plays each kind once.
     fn pgbench_runs(&self) -> Vec<Limiter> {
-        let mut runs = self.pgbench.clone();
         if self.smoke {
-            let mut seen = Vec::new();
-            runs.retain(|r| {
-                let first = !seen.contains(r);
-                seen.push(*r);
-                first
-            });
+            Limiter::kinds(self.pgbench.iter().copied())
+        } else {
+            self.pgbench.clone()
         }
-        runs
     }
 
     fn out(&self) -> PathBuf {

@@ -9,6 +9,7 @@ use plotters::{coord::Shift, prelude::*};
 use super::{
     access_log::Request,
     figures::{self, BAD_GATEWAY, GATEWAY_TIMEOUT},
+    limiter::Limiter,
     pgbench::PgRun,
     phases::{Phase, Phases},
     rig::RigRun,
@@ -102,11 +103,10 @@ pub fn rig(path: &Path, runs: &[RigRun]) -> Result<()> {
 
 /// One column per kind of run: the first of each (the runs repeat for their tps only).
 pub fn pgbench(path: &Path, runs: &[PgRun]) -> Result<()> {
-    let columns = runs
-        .iter()
-        .enumerate()
-        .filter(|(i, run)| !runs[..*i].iter().any(|r| r.limiter == run.limiter))
-        .map(|(_, run)| Column {
+    let columns = Limiter::kinds(runs.iter().map(|r| r.limiter))
+        .into_iter()
+        .filter_map(|kind| runs.iter().find(|r| r.limiter == kind))
+        .map(|run| Column {
             label: run.limiter.label(),
             phases: run.phases,
             panels: [

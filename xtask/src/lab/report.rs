@@ -281,7 +281,7 @@ impl Report<'_> {
         );
         let _ = writeln!(out);
         // pgbench's tps varies by a fifth from run to run on a shared machine: the runs
-        // take turns, and each kind is judged by its median.
+        // repeat, and each kind is judged by its median.
         let tps_of = |limiter| {
             let tps: Vec<f64> = self
                 .pgbench
@@ -291,24 +291,20 @@ impl Report<'_> {
                 .collect();
             (!tps.is_empty()).then(|| (median(&tps), tps.len()))
         };
-        let mut judged = Vec::new();
-        for run in self.pgbench.iter().filter(|r| r.limiter != Limiter::None) {
-            if judged.contains(&run.limiter) {
-                continue;
-            }
-            judged.push(run.limiter);
+        let kinds = Limiter::kinds(self.pgbench.iter().map(|r| r.limiter));
+        for kind in kinds.into_iter().filter(|&k| k != Limiter::None) {
             let aborted: usize = self
                 .pgbench
                 .iter()
-                .filter(|r| r.limiter == run.limiter)
+                .filter(|r| r.limiter == kind)
                 .map(|r| r.aborted)
                 .sum();
-            let (tps, runs) = tps_of(run.limiter).expect("this run's kind");
+            let (tps, runs) = tps_of(kind).expect("a kind that ran");
             let _ = writeln!(
                 out,
                 "pgbench, {} ({runs} run{}): 0 aborted clients: {}; median tps >= {PGBENCH_TPS} x \
                  the runs without a limiter: {}.\n",
-                run.limiter.label(),
+                kind.label(),
                 if runs == 1 { "" } else { "s" },
                 verdict(aborted == 0, format!("{aborted} aborted")),
                 match tps_of(Limiter::None) {
