@@ -230,3 +230,40 @@ fn a_twentyfold_slowdown_of_the_same_clients_waiting_longer_refuses_none() {
     assert!(trace.min_limit(secs(60.0), secs(150.0)) >= CLIENTS);
     assert_eq!(trace.shed(secs(1.0), secs(150.0)), 0);
 }
+
+/// Ten clients that wait 50 ms between two connections (pgbench -C, whose connects block the
+/// thread five clients share) hold 4 or 5 while healthy and 10 once each transaction is ten
+/// times slower: from outside, the rise of a pile-up. The operator who knows the count sets
+/// it as the destination's `min`, and no client is refused.
+#[test]
+fn a_min_at_the_client_count_keeps_every_client_of_a_closed_set_in() {
+    const CLIENTS: u32 = 10;
+    let mut cfg = ControlConfig::default();
+    cfg.limits.min = CLIENTS;
+    let upstream = UpstreamSpec {
+        latency_factor: Schedule::constant(1.0).step(20.0, 10.0).step(40.0, 1.0),
+        ..UpstreamSpec::steady(100)
+    };
+    let load = Load::Closed(ClosedLoop {
+        workers: CLIENTS,
+        retry_after_s: 0.01,
+        think_s: 0.05,
+        at_once: false,
+    });
+    let setup = Setup {
+        duration_s: 60.0,
+        upstream,
+        classes: vec![RequestClass::new(Service::lognormal(0.01, SIGMA), load)],
+    };
+    let trace = simulate(&setup, SEED, controller(&cfg, 0).as_mut());
+    assert_eq!(
+        trace.peak_inflight(secs(20.0), secs(40.0)),
+        CLIENTS,
+        "all ten held"
+    );
+    assert!(
+        trace.peak_inflight(secs(1.0), secs(20.0)) < CLIENTS,
+        "fewer while healthy"
+    );
+    assert_eq!(trace.shed(0, secs(60.0)), 0);
+}
