@@ -1,10 +1,17 @@
 //! Connections held to the upstream, counted from the kernel's socket table whether or not
 //! a limiter is there to count them.
 
-use std::net::{SocketAddr, SocketAddrV4};
+use std::{
+    collections::HashSet,
+    net::{SocketAddr, SocketAddrV4},
+    path::Path,
+};
 
 use anyhow::{Context, Result};
-use procfs::net::{TcpNetEntry, TcpState};
+use procfs::{
+    net::{TcpNetEntry, TcpState},
+    process::{FDTarget, Process},
+};
 
 /// TCP states of a connection that holds the upstream's attention or a slot: connecting,
 /// established, and closed by the peer but not yet by us.
@@ -20,12 +27,38 @@ pub fn held(to: SocketAddrV4) -> Result<usize> {
     Ok(count(&table, to))
 }
 
+/// Connections to `to` that the processes of the cgroup at `cgroup` hold right now: their
+/// sockets' inodes picked out of the table.
+pub fn held_by(cgroup: &Path, to: SocketAddrV4) -> Result<usize> {
+    let procs = cgroup.join("cgroup.procs");
+    let pids = std::fs::read_to_string(&procs)
+        .with_context(|| format!("cannot read {}", procs.display()))?;
+    let mut sockets = HashSet::new();
+    for pid in pids.lines().filter_map(|l| l.parse().ok()) {
+        // A process that exits while it is read holds nothing any more.
+        let Ok(fds) = Process::new(pid).and_then(|p| p.fd()) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            if let FDTarget::Socket(inode) = fd.target {
+                sockets.insert(inode);
+            }
+        }
+    }
+    let table = procfs::net::tcp().context("cannot read /proc/net/tcp")?;
+    Ok(table
+        .iter()
+        .filter(|e| sockets.contains(&e.inode) && is_held(e, to))
+        .count())
+}
+
 /// The rows whose remote end is `to` and whose state is held.
 fn count(table: &[TcpNetEntry], to: SocketAddrV4) -> usize {
-    table
-        .iter()
-        .filter(|e| HELD_STATES.contains(&e.state) && e.remote_address == SocketAddr::V4(to))
-        .count()
+    table.iter().filter(|e| is_held(e, to)).count()
+}
+
+fn is_held(entry: &TcpNetEntry, to: SocketAddrV4) -> bool {
+    HELD_STATES.contains(&entry.state) && entry.remote_address == SocketAddr::V4(to)
 }
 
 #[cfg(test)]
@@ -69,5 +102,20 @@ mod tests {
         let before = held(addr).unwrap();
         let _client = std::net::TcpStream::connect(addr).unwrap();
         assert_eq!(held(addr).unwrap(), before + 1);
+    }
+
+    #[test]
+    fn a_cgroup_holds_only_its_own_processes_connections() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let std::net::SocketAddr::V4(addr) = listener.local_addr().unwrap() else {
+            unreachable!("bound to IPv4")
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let procs = dir.path().join("cgroup.procs");
+        std::fs::write(&procs, format!("{}\n", std::process::id())).unwrap();
+        let _client = std::net::TcpStream::connect(addr).unwrap();
+        assert_eq!(held_by(dir.path(), addr).unwrap(), 1, "this process's");
+        std::fs::write(&procs, "").unwrap();
+        assert_eq!(held_by(dir.path(), addr).unwrap(), 0, "another cgroup's");
     }
 }

@@ -54,6 +54,7 @@ impl Limiter {
         let sampler = Sampler {
             agent: agent.as_ref().map(|_| (&bins.agent, cgroup)),
             destination,
+            held_by: None,
         };
         Ok((agent, sampler))
     }

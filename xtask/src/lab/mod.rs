@@ -55,9 +55,10 @@ pub struct Options {
     /// The nginx rig's runs, in order (none of them: `--nginx` with no value).
     #[arg(long, value_enum, value_delimiter = ',', num_args = 0.., default_value = "none,prod,shadow")]
     nginx: Vec<Limiter>,
-    /// pgbench's runs, in order; each kind is judged by the median of its runs. The default
-    /// order (ABBA) puts a drift of the machine over the runs on both kinds alike.
-    #[arg(long, value_enum, value_delimiter = ',', num_args = 0.., default_value = "none,prod,prod,none")]
+    /// pgbench's runs, in order, each beside a twin without the limiter; each kind is judged
+    /// by the median of its runs' tps against their twins'. A run with no limiter shows how
+    /// closely twins agree.
+    #[arg(long, value_enum, value_delimiter = ',', num_args = 0.., default_value = "none,prod,prod")]
     pgbench: Vec<Limiter>,
     /// Also write every run's readings as CSV files into this directory.
     #[arg(long, value_name = "DIR")]

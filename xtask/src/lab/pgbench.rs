@@ -4,7 +4,7 @@
 
 use std::{
     net::SocketAddr,
-    process::Stdio,
+    process::{Child, Stdio},
     time::{Duration, Instant},
 };
 
@@ -26,14 +26,22 @@ const SCRIPT: &str = "SELECT pg_sleep(delay) FROM lab_delay;\n";
 pub struct PgRun {
     pub limiter: Limiter,
     pub phases: Phases,
-    pub tps: f64,
-    pub transactions: u64,
-    /// Clients that gave up for good, and what pgbench said about the first few.
-    pub aborted: usize,
-    pub abort_lines: Vec<String>,
-    /// pgbench's own progress reports: (seconds, transactions per second).
-    pub progress: Vec<(f64, f64)>,
+    /// pgbench in the limiter's cgroup.
+    pub limited: Summary,
+    /// The same pgbench at the same time against the same address, in a cgroup with no
+    /// limiter: what the machine gave a run without the limiter at that moment. Runs one
+    /// after the other differ by a fifth here; twins by well under 1 %. (A second address
+    /// of the server would not do: the postmaster serves its first listening socket about
+    /// 9 % better.)
+    pub twin: Summary,
     pub ticks: Vec<Tick>,
+}
+
+impl PgRun {
+    /// The limited run's tps against its twin's.
+    pub fn tps_ratio(&self) -> f64 {
+        self.limited.tps / self.twin.tps
+    }
 }
 
 pub fn run(bins: &Binaries, phases: Phases, cluster: &Cluster, limiter: Limiter) -> Result<PgRun> {
@@ -46,20 +54,12 @@ pub fn run(bins: &Binaries, phases: Phases, cluster: &Cluster, limiter: Limiter)
     )?;
     let script = TempFile::new("lab-pgbench.sql", SCRIPT);
     let cgroup = TestCgroup::new("lab-pgbench");
-    let (agent, sampler) = limiter.attach(bins, &cgroup, destination)?;
-    let mut cmd = process::in_cgroup(&cgroup, &cluster.bin.join("pgbench"));
-    cmd.args(["--no-vacuum", "--connect", "--progress", "1"])
-        .args(["--client", &CLIENTS.to_string(), "--jobs", "2"])
-        .args(["--time", &phases.total().as_secs().max(1).to_string()])
-        .arg("--file")
-        .arg(&script.0)
-        .args(cluster.connection_args());
+    let twin_cgroup = TestCgroup::new("lab-pgbench-twin");
+    let (agent, mut sampler) = limiter.attach(bins, &cgroup, destination)?;
+    sampler.held_by = Some(&cgroup);
     let started = Instant::now();
-    let child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("cannot start {cmd:?}"))?;
+    let limited = Pgbench::start(cluster, &cgroup, &script, phases)?;
+    let twin = Pgbench::start(cluster, &twin_cgroup, &script, phases)?;
     let mut ticks = Vec::new();
     phases.walk(
         started,
@@ -78,40 +78,78 @@ pub fn run(bins: &Binaries, phases: Phases, cluster: &Cluster, limiter: Limiter)
             Ok(())
         },
     )?;
-    let out = child.wait_with_output()?;
+    let limited = limited.finish()?;
     drop(agent);
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
-    // 2: the run went on with clients aborted, which is a figure here, not a failure.
-    ensure!(
-        matches!(out.status.code(), Some(0 | 2)),
-        "{cmd:?} failed ({}): {stderr}",
-        out.status
-    );
-    let summary = Summary::parse(&stdout, &stderr)
-        .with_context(|| format!("unexpected pgbench output:\n{stdout}\n{stderr}"))?;
     Ok(PgRun {
         limiter,
         phases,
-        tps: summary.tps,
-        transactions: summary.transactions,
-        aborted: summary.aborted.len(),
-        abort_lines: summary.abort_lines,
-        progress: summary.progress,
+        limited,
+        twin: twin.finish()?,
         ticks,
     })
 }
 
+/// One pgbench process, started in `cgroup`; its cgroup's removal ends it if the lab ends
+/// first.
+struct Pgbench {
+    child: Child,
+    cmd: String,
+}
+
+impl Pgbench {
+    fn start(
+        cluster: &Cluster,
+        cgroup: &TestCgroup,
+        script: &TempFile,
+        phases: Phases,
+    ) -> Result<Self> {
+        let mut cmd = process::in_cgroup(cgroup, &cluster.bin.join("pgbench"));
+        cmd.args(["--no-vacuum", "--connect", "--progress", "1"])
+            .args(["--client", &CLIENTS.to_string(), "--jobs", "2"])
+            .args(["--time", &phases.total().as_secs().max(1).to_string()])
+            .arg("--file")
+            .arg(&script.0)
+            .args(cluster.connection_args());
+        let child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("cannot start {cmd:?}"))?;
+        Ok(Pgbench {
+            child,
+            cmd: format!("{cmd:?}"),
+        })
+    }
+
+    fn finish(self) -> Result<Summary> {
+        let out = self.child.wait_with_output()?;
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        // 2: the run went on with clients aborted, which is a figure here, not a failure.
+        ensure!(
+            matches!(out.status.code(), Some(0 | 2)),
+            "{} failed ({}): {stderr}",
+            self.cmd,
+            out.status
+        );
+        Summary::parse(&stdout, &stderr)
+            .with_context(|| format!("unexpected pgbench output:\n{stdout}\n{stderr}"))
+    }
+}
+
 /// What pgbench prints: the summary on stdout, progress and client errors on stderr.
 #[derive(Debug, PartialEq)]
-struct Summary {
-    tps: f64,
-    transactions: u64,
-    aborted: Vec<u32>,
-    abort_lines: Vec<String>,
-    progress: Vec<(f64, f64)>,
+pub struct Summary {
+    pub tps: f64,
+    pub transactions: u64,
+    /// Clients that gave up for good.
+    pub aborted: Vec<u32>,
+    /// What pgbench said about the first few.
+    pub abort_lines: Vec<String>,
+    /// Its own progress reports: (seconds, transactions per second).
+    pub progress: Vec<(f64, f64)>,
 }
 
 impl Summary {

@@ -10,7 +10,7 @@ use super::{
     access_log::Request,
     figures::{self, BAD_GATEWAY, GATEWAY_TIMEOUT},
     limiter::Limiter,
-    pgbench::PgRun,
+    pgbench::{PgRun, Summary},
     phases::{Phase, Phases},
     rig::RigRun,
     sampler::Tick,
@@ -118,16 +118,20 @@ pub fn pgbench(path: &Path, runs: &[PgRun]) -> Result<()> {
                 Panel {
                     caption: "what pgbench got",
                     y_desc: "transactions / s",
-                    series: vec![Series {
-                        name: "tps",
-                        colour: SERVED,
-                        width: 2,
-                        points: run
-                            .progress
-                            .iter()
-                            .map(|&(at, tps)| (at - 0.5, tps))
-                            .collect(),
-                    }],
+                    series: vec![
+                        Series {
+                            name: "tps",
+                            colour: SERVED,
+                            width: 2,
+                            points: progress(&run.limited),
+                        },
+                        Series {
+                            name: "tps, its twin without a limiter",
+                            colour: HELD,
+                            width: 1,
+                            points: progress(&run.twin),
+                        },
+                    ],
                 },
             ],
         })
@@ -137,6 +141,15 @@ pub fn pgbench(path: &Path, runs: &[PgRun]) -> Result<()> {
         "pgbench -C, 10 clients; each transaction sleeps 0 -> 100 -> 0 ms",
         &columns,
     )
+}
+
+/// pgbench's progress reports, each at the middle of the second it covers.
+fn progress(summary: &Summary) -> Vec<(f64, f64)> {
+    summary
+        .progress
+        .iter()
+        .map(|&(at, tps)| (at - 0.5, tps))
+        .collect()
 }
 
 /// The limit and the limiter's in-flight (where it runs), and the connections held.

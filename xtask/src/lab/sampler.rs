@@ -36,6 +36,9 @@ pub struct Gauge {
 pub struct Sampler<'a> {
     pub agent: Option<(&'a AgentBinary, &'a TestCgroup)>,
     pub destination: SocketAddrV4,
+    /// Count only the connections of this cgroup's processes (a client beside a twin that
+    /// reaches the same address), instead of every one in the namespace.
+    pub held_by: Option<&'a TestCgroup>,
 }
 
 impl Sampler<'_> {
@@ -52,7 +55,10 @@ impl Sampler<'_> {
         };
         Ok(Tick {
             at_s,
-            held: connections::held(self.destination)?,
+            held: match self.held_by {
+                Some(cgroup) => connections::held_by(cgroup.path(), self.destination)?,
+                None => connections::held(self.destination)?,
+            },
             busy,
             limiter,
         })
