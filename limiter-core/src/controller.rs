@@ -18,6 +18,10 @@ const SETTLED: f64 = 0.1;
 /// Windows running that must show a cut of in-flight leaving the latency where it was: one
 /// could be the noise of a small window.
 const FLAT_WINDOWS: u32 = 2;
+/// A limit this many times the window's peak in-flight or more did not come near binding.
+const SLACK: f64 = 2.0;
+/// A newest p90 under this multiple of the baseline is a mild rise; a slowdown is more.
+const MILD: f64 = 2.0;
 /// How long a new destination's traffic is watched before its limit starts: a burst on
 /// attach (a proxy's connection per client request) has its answers by then.
 const FIRST_WORD_NS: u64 = 100_000_000;
@@ -210,13 +214,19 @@ impl<A: LimitAlgorithm> DestinationController<A> {
         // A window that refused nothing had no demand beyond the limit: the same clients, at
         // most waiting longer. Demand beyond it is Vegas's to regulate inside the band.
         if window.sheds == 0 {
-            let in_band = verdict
-                .latency
-                .as_ref()
-                .is_some_and(|view| view.latest < ELEVATED * view.baseline);
-            if in_band && error_pressure == 0.0 {
-                // The smoothed latency lags by windows: once the newest window is back in
-                // the band there is no queue to cut (a slow one next would cut then).
+            let below = |multiple: f64| {
+                verdict
+                    .latency
+                    .as_ref()
+                    .is_some_and(|view| view.latest < multiple * view.baseline)
+            };
+            let in_band = below(ELEVATED);
+            // The smoothed latency lags by windows: once the newest window is back in the
+            // band there is no queue to cut (a slow one next would cut then). A limit twice
+            // what was in flight queued nothing either: a mild rise there is the
+            // upstream's or the noise of a few latencies, and a slowdown still cuts.
+            let slack = SLACK * f64::from(window.peak_inflight) <= self.limit && below(MILD);
+            if (in_band || slack) && error_pressure == 0.0 {
                 allowed = allowed.max(self.limit);
             }
             if error_pressure < BACKGROUND_ERRORS {
@@ -360,6 +370,36 @@ mod tests {
         };
         assert_eq!(run(20_000), 20);
         assert!(run(1_000 * MS) < 20);
+    }
+
+    /// The limit after 60 s of answers of about 50 ms started with 10 in flight, then 60 s
+    /// of answers `factor` times slower started with `inflight`.
+    fn after_a_rise(factor: f64, inflight: u32) -> u32 {
+        let cfg = ControlConfig::new(Algorithm::Vegas);
+        let mut c = DestinationController::new(&cfg, 0);
+        let mut limit = 0;
+        for i in 0..12_000 {
+            let now = i * 10 * MS;
+            let (factor, inflight) = if i < 6_000 {
+                (1.0, 10)
+            } else {
+                (factor, inflight)
+            };
+            c.on_sample(now, (((50 + i % 7) * MS) as f64 * factor) as u64, inflight);
+            limit = c.update(now);
+        }
+        limit
+    }
+
+    #[test]
+    fn a_mild_rise_leaves_a_limit_nothing_comes_near_and_a_slowdown_cuts_it() {
+        assert_eq!(after_a_rise(1.0, 10), 20);
+        assert_eq!(after_a_rise(1.5, 10), 20, "1.5x, half the limit in flight");
+        assert!(
+            after_a_rise(1.5, 15) < 20,
+            "1.5x, and in flight with it (Little's law)"
+        );
+        assert!(after_a_rise(3.0, 10) < 20, "3x is a slowdown");
     }
 
     #[test]

@@ -5,7 +5,13 @@ use limiter_sim::{scenarios, sweep, AlgorithmChoice};
 
 /// Scenarios held to every seed; the others are listed in docs/simulation.md with how
 /// often they fail.
-const ROBUST: [&str; 4] = ["streaming", "healthy-start", "goodbye", "slow-query"];
+const ROBUST: [&str; 5] = [
+    "streaming",
+    "healthy-start",
+    "goodbye",
+    "slow-query",
+    "low-traffic",
+];
 const SEEDS: u64 = 200;
 
 #[test]
