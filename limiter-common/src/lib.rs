@@ -90,11 +90,6 @@ impl EventKind {
         }
     }
 
-    /// A connect refused at the limit (or, in shadow, one prod would have refused).
-    pub fn is_refusal(self) -> bool {
-        matches!(self, EventKind::Shed | EventKind::WouldShed)
-    }
-
     /// The event names a fall-forward peer.
     pub fn has_peer(self) -> bool {
         matches!(self, EventKind::Redirected | EventKind::WouldRedirect)

@@ -233,7 +233,7 @@ impl Agent {
                 ready = decisions.readable_mut() => {
                     let mut guard = ready?;
                     let control = &mut self.control;
-                    guard.get_inner_mut().drain(|dest, ts_ns| control.on_refused(dest, ts_ns));
+                    guard.get_inner_mut().drain(|dest, ts_ns| control.on_turned_away(dest, ts_ns));
                     guard.clear_ready();
                 }
                 ready = latency.readable_mut() => {
@@ -246,7 +246,7 @@ impl Agent {
                     let control = &mut self.control;
                     self.signals_consumed += latency.get_mut().drain(|ev| consume(control, ev)) as u64;
                     // Refusals are demand the window that closes now did not meet.
-                    decisions.get_mut().drain(|dest, ts_ns| control.on_refused(dest, ts_ns));
+                    decisions.get_mut().drain(|dest, ts_ns| control.on_turned_away(dest, ts_ns));
                     self.control.update(monotonic_ns(), &mut self.attachment.maps);
                     decisions.get_mut().summarise(Instant::now());
                     if let Some(status) = child.as_ref().map(Supervised::finished).transpose()?.flatten() {

@@ -147,9 +147,11 @@ impl ControlLoop {
         }
     }
 
-    /// A connect the kernel refused at the limit (or, in shadow, would have): demand the
-    /// limit did not meet, which a destination still being learned grows to.
-    pub fn on_refused(&mut self, dest: DestKey, ts_ns: u64) {
+    /// A connect the kernel refused at the limit or handed to a peer (or, in shadow, would
+    /// have): demand the limit did not meet, which a destination still being learned grows
+    /// to, and which makes the window one the limit bound (a redirected connect is no more
+    /// the same clients waiting longer than a refused one).
+    pub fn on_turned_away(&mut self, dest: DestKey, ts_ns: u64) {
         if let Some(m) = self.managed(dest, ts_ns, None) {
             m.controller.on_outcome(ts_ns, Outcome::Shed);
         }

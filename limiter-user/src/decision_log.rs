@@ -40,9 +40,10 @@ impl DecisionLog {
         }
     }
 
-    /// Reads every pending event; `refused` hears of each connect refused at the limit (or,
-    /// in shadow, let through where prod would have refused it), at the kernel's time.
-    pub fn drain(&mut self, mut refused: impl FnMut(DestKey, u64)) {
+    /// Reads every pending event; `turned_away` hears of each, at the kernel's time: every
+    /// decision is a connect the limit refused or handed to a peer (or, in shadow, let
+    /// through where prod would have).
+    pub fn drain(&mut self, mut turned_away: impl FnMut(DestKey, u64)) {
         while let Some(item) = self.ring.next() {
             if item.len() < std::mem::size_of::<LimiterEvent>() {
                 continue;
@@ -52,9 +53,7 @@ impl DecisionLog {
             let Ok(kind) = EventKind::try_from(ev.kind) else {
                 continue;
             };
-            if kind.is_refusal() {
-                refused(ev.dest, ev.ts_ns);
-            }
+            turned_away(ev.dest, ev.ts_ns);
             self.feed.publish(|| Some(Event::decision(kind, &ev)));
             Self::record(&mut self.tallies, kind, ev);
         }
