@@ -245,7 +245,7 @@ impl Agent {
                 _ = update.tick() => {
                     let control = &mut self.control;
                     self.signals_consumed += latency.get_mut().drain(|ev| consume(control, ev)) as u64;
-                    // Refusals are demand the window that closes now did not meet.
+                    // Connects turned away are demand the window that closes now did not meet.
                     decisions.get_mut().drain(|dest, ts_ns| control.on_turned_away(dest, ts_ns));
                     self.control.update(monotonic_ns(), &mut self.attachment.maps);
                     decisions.get_mut().summarise(Instant::now());
