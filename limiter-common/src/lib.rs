@@ -310,6 +310,8 @@ pub struct LimiterSignal {
     pub value_ns: u64,
     pub dest: DestKey,
     pub kind: u32,
+    /// In flight, itself included, when the request started (sample) or when the
+    /// connection was admitted (handshake); 0 otherwise.
     pub inflight: u32,
     pub _pad: u32,
 }

@@ -261,6 +261,10 @@ impl<A: LimitAlgorithm> Controller for DestinationController<A> {
         self.slow_start.on_sample(now_ns, latency_ns, inflight);
     }
 
+    fn on_connect(&mut self, now_ns: u64, inflight: u32) {
+        self.slow_start.on_connect(now_ns, inflight);
+    }
+
     fn on_outcome(&mut self, now_ns: u64, outcome: Outcome) {
         let outcome = match outcome {
             Outcome::GaveUp { waited_ns } | Outcome::HungUp { waited_ns }

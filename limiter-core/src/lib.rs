@@ -52,6 +52,10 @@ pub trait Controller {
     fn on_sample(&mut self, now_ns: u64, latency_ns: u64, inflight: u32);
     /// A request ended without a usable latency sample.
     fn on_outcome(&mut self, now_ns: u64, outcome: Outcome);
+    /// A connection was established; `inflight` connections held slots when it was
+    /// admitted, itself included. Demand shows here an answer's latency before the answers
+    /// to it do.
+    fn on_connect(&mut self, _now_ns: u64, _inflight: u32) {}
     /// Called on the update timer (every 100 ms); returns the limit to enforce from now on.
     fn update(&mut self, now_ns: u64) -> u32;
     /// The limit last returned by [`Controller::update`] (the initial limit before that).

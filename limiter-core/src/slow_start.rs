@@ -1,11 +1,15 @@
 //! Learning a new destination: while the controller has no latency history for it, demand
 //! beyond the limit is demand it has not been shown, so the limit grows to meet it at once
-//! instead of waiting for windows. Demand shows as a refused connect, or as a request that
-//! started with [`NEARLY_FULL`] of the limit in flight (TCP grows its window in slow start
-//! while the flight uses half of it): growing then spares the refusal. The first growth
+//! instead of waiting for windows. Demand shows as a refused connect, or as a connection
+//! admitted or a request started with [`NEARLY_FULL`] of the limit in flight (TCP grows its
+//! window in slow start while the flight uses half of it): growing then spares the
+//! refusal. The connection says so once it is established, a request only when answered:
+//! a load whose long requests fill in over seconds reaches the limit before its answers. The first growth
 //! meets the refused connects twice over (a burst refused once comes again), later ones
 //! double as in TCP's slow start (RFC 5681), at most once per round: a round ends when a
-//! request admitted at the new level has been answered, so the new level has been tried.
+//! request admitted with [`NEARLY_FULL`] of the new level in flight has been answered, so the
+//! new level has been tried. Not the whole level: a load that fills in over seconds (long
+//! requests among short ones) would be refused at the level before any answer to it came.
 //!
 //! As in HyStart (RFC 9406) growth stops on delay, comparing a round with what came before:
 //! when most answers to requests that started at the new level took more than [`QUEUEING`]
@@ -33,8 +37,8 @@ pub struct SlowStart {
     /// could never be tried.
     max: f64,
     sheds: u32,
-    /// The highest in-flight a request started at since the limit last changed, and the
-    /// range of those requests' latencies.
+    /// The highest in-flight a request started at, or a connection was admitted at, since
+    /// the limit last changed, and the range of the latencies of those requests.
     peak_inflight: u32,
     peak_latencies: Option<(u64, u64)>,
     /// The limit at the last update, and since when it has held.
@@ -44,8 +48,8 @@ pub struct SlowStart {
     grown: Option<(u64, f64)>,
     /// The median answer when the limit last grew.
     reference_ns: f64,
-    /// Answers to requests that started at the new level, and how many of them were within
-    /// [`QUEUEING`] x the reference.
+    /// Answers to requests that started at [`NEARLY_FULL`] of the new level or more, and how
+    /// many of them were within [`QUEUEING`] x the reference.
     tried: u32,
     tried_typical: u32,
     fastest_ns: u64,
@@ -90,10 +94,17 @@ impl SlowStart {
             self.clean_inflight = self.clean_inflight.max(inflight);
         }
         if let Some((at, level)) = self.grown {
-            if started_ns >= at && f64::from(inflight) >= level.floor() {
+            if started_ns >= at && f64::from(inflight) >= (NEARLY_FULL * level).floor() {
                 self.tried += 1;
                 self.tried_typical += u32::from(latency_ns as f64 <= QUEUEING * self.reference_ns);
             }
+        }
+    }
+
+    /// A connection was admitted at `inflight`: demand that shows before its answers.
+    pub fn on_connect(&mut self, now_ns: u64, inflight: u32) {
+        if now_ns >= self.seen_since_ns {
+            self.peak_inflight = self.peak_inflight.max(inflight);
         }
     }
 
@@ -230,6 +241,30 @@ mod tests {
     }
 
     #[test]
+    fn connections_nearly_filling_the_limit_grow_it_before_their_answers_come() {
+        let mut s = SlowStart::new(MAX);
+        assert_eq!(
+            s.next_limit(100 * MS, 20.0, || TYPICAL),
+            None,
+            "the limit starts"
+        );
+        s.on_sample(150 * MS, 30 * MS, 6);
+        s.on_sample(160 * MS, 34 * MS, 7);
+        s.on_connect(170 * MS, 14);
+        assert_eq!(
+            s.next_limit(200 * MS, 20.0, || TYPICAL),
+            None,
+            "14 of 20 is room"
+        );
+        s.on_connect(280 * MS, 15);
+        assert_eq!(
+            s.next_limit(300 * MS, 20.0, || TYPICAL),
+            Some(40.0),
+            "15 of 20 connected, answered or not"
+        );
+    }
+
+    #[test]
     fn identical_latencies_at_the_limit_are_no_demand() {
         let mut s = SlowStart::new(MAX);
         assert_eq!(
@@ -283,6 +318,27 @@ mod tests {
             s.next_limit(300 * MS, 40.0, || TYPICAL),
             Some(80.0),
             "doubles"
+        );
+    }
+
+    #[test]
+    fn a_level_nearly_filled_has_been_tried() {
+        let mut s = SlowStart::new(MAX);
+        s.on_shed();
+        assert_eq!(s.next_limit(100 * MS, 20.0, || TYPICAL), Some(40.0));
+        s.on_sample(160 * MS, 30 * MS, 29);
+        s.on_sample(170 * MS, 33 * MS, 29);
+        assert_eq!(
+            s.next_limit(200 * MS, 40.0, || TYPICAL),
+            None,
+            "29 of 40 is room"
+        );
+        s.on_sample(260 * MS, 31 * MS, 30);
+        s.on_sample(270 * MS, 34 * MS, 30);
+        assert_eq!(
+            s.next_limit(300 * MS, 40.0, || TYPICAL),
+            Some(80.0),
+            "30 of 40 answered without a queue: 40 was tried, and is nearly full"
         );
     }
 

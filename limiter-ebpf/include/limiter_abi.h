@@ -44,7 +44,8 @@
 					  * value_ns = time since the request started */
 #define LIMITER_SIGNAL_GAVE_UP 5         /* closed locally while awaiting a response;
 					  * value_ns = time since the request started */
-#define LIMITER_SIGNAL_HANDSHAKE 6       /* connect -> established; value_ns = handshake time */
+#define LIMITER_SIGNAL_HANDSHAKE 6       /* connect -> established; value_ns = handshake time,
+					  * inflight = dest's count at the connect */
 #define LIMITER_SIGNAL_HUNG_UP 7         /* closed (FIN) by the peer while awaiting a response;
 					  * value_ns = time since the request started */
 
@@ -132,7 +133,8 @@ struct sock_state {
 	__u32 phase; /* LIMITER_PHASE_* */
 	__u64 connect_ns;
 	__u64 request_ns;       /* first payload byte of the outstanding request */
-	__u32 request_inflight; /* dest's inflight when that request started */
+	__u32 request_inflight; /* dest's inflight when that request started; before the
+				 * first, when the connection was admitted */
 	__u32 next_seq;         /* one past the last payload byte sent: older is a retransmit */
 	__u32 flags;            /* LIMITER_SOCK_* */
 	/* What the application connected to, when LIMITER_SOCK_REDIRECTED: getpeername says so. */
@@ -158,7 +160,8 @@ struct limiter_signal {
 			 * HUNG_UP), else 0 */
 	struct dest_key dest;
 	__u32 kind;     /* LIMITER_SIGNAL_* */
-	__u32 inflight; /* dest's inflight when the request started (SAMPLE) */
+	__u32 inflight; /* dest's inflight when the request started (SAMPLE), or when the
+			 * connection was admitted, itself included (HANDSHAKE) */
 	__u32 _pad;
 };
 

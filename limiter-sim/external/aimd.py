@@ -6,6 +6,7 @@ It reads the simulator's events on stdin and answers every tick with a limit:
 
     init <initial> <min> <max>
     sample <now_ns> <latency_ns> <inflight>
+    connect <now_ns> <inflight>                    (ignored here)
     outcome <now_ns> error|timeout|shed
     outcome <now_ns> gave_up|hung_up <waited_ns>   (a close while awaiting a response)
     tick <now_ns>                          -> answer one line: the limit

@@ -6,6 +6,7 @@
 //! to the algorithm                     from the algorithm
 //! init <initial> <min> <max>
 //! sample <now_ns> <latency_ns> <inflight>
+//! connect <now_ns> <inflight>
 //! outcome <now_ns> error|timeout|shed
 //! outcome <now_ns> gave_up|hung_up <waited_ns>
 //! tick <now_ns>                        <limit>
@@ -103,6 +104,10 @@ impl Controller for ExternalController {
         self.send(format_args!("sample {now_ns} {latency_ns} {inflight}"));
     }
 
+    fn on_connect(&mut self, now_ns: u64, inflight: u32) {
+        self.send(format_args!("connect {now_ns} {inflight}"));
+    }
+
     fn on_outcome(&mut self, now_ns: u64, outcome: Outcome) {
         match outcome {
             Outcome::Error => self.send(format_args!("outcome {now_ns} error")),
@@ -145,9 +150,10 @@ mod tests {
         let mut c = ExternalController::spawn(script, Limits::default()).expect("spawn");
         assert_eq!(c.limit(), Limits::default().initial);
         c.on_sample(1, 2, 3);
+        c.on_connect(2, 3);
         c.on_outcome(4, Outcome::Shed);
-        assert_eq!(c.update(5), 4, "init, sample, outcome, tick");
-        assert_eq!(c.update(6), 5);
+        assert_eq!(c.update(5), 5, "init, sample, connect, outcome, tick");
+        assert_eq!(c.update(6), 6);
         c.finish().expect("a clean exit");
     }
 

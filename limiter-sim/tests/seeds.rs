@@ -5,12 +5,13 @@ use limiter_sim::{scenarios, sweep, AlgorithmChoice};
 
 /// Scenarios held to every seed; the others are listed in docs/simulation.md with how
 /// often they fail.
-const ROBUST: [&str; 5] = [
+const ROBUST: [&str; 6] = [
     "streaming",
     "healthy-start",
     "goodbye",
     "slow-query",
     "low-traffic",
+    "keepalive-pool",
 ];
 const SEEDS: u64 = 200;
 

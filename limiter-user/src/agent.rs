@@ -401,7 +401,7 @@ fn log_signal(ev: &SignalEvent) {
             latency_ns,
             inflight,
         } => (latency_ns, inflight),
-        Signal::Handshake { rtt_ns } => (rtt_ns, 0),
+        Signal::Handshake { rtt_ns, inflight } => (rtt_ns, inflight),
         Signal::GaveUp { waited_ns } | Signal::HungUp { waited_ns } => (waited_ns, 0),
         _ => (0, 0),
     };

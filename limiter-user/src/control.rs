@@ -134,7 +134,14 @@ impl ControlLoop {
             Signal::ConnectTimeout => Outcome::Timeout,
             Signal::GaveUp { waited_ns } => Outcome::GaveUp { waited_ns },
             Signal::HungUp { waited_ns } => Outcome::HungUp { waited_ns },
-            Signal::Handshake { .. } => return,
+            Signal::Handshake { inflight, .. } => {
+                // A connection alone makes no controller: a destination only connected to
+                // costs nothing (the agent's work follows destinations with traffic).
+                if let Some(m) = self.managed.get_mut(&ev.dest) {
+                    m.controller.on_connect(ev.ts_ns, inflight);
+                }
+                return;
+            }
         };
         if let Some(m) = self.managed(ev.dest, ev.ts_ns, None) {
             match outcome {

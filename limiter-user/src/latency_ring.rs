@@ -25,8 +25,9 @@ pub enum Signal {
     /// the client gave up (its timeout), or said goodbye with a last message that gets no
     /// reply. The controller tells the two apart.
     GaveUp { waited_ns: u64 },
-    /// Connect to established (informational).
-    Handshake { rtt_ns: u64 },
+    /// Connect to established, `rtt_ns` after the connect; `inflight` connections to the
+    /// destination held slots when it was admitted, itself included.
+    Handshake { rtt_ns: u64, inflight: u32 },
 }
 
 impl Signal {
@@ -59,6 +60,7 @@ impl Signal {
             },
             SignalKind::Handshake => Signal::Handshake {
                 rtt_ns: raw.value_ns,
+                inflight: raw.inflight,
             },
         })
     }
@@ -152,7 +154,10 @@ mod tests {
         );
         assert_eq!(
             Signal::decode(&raw(SignalKind::Handshake, 9)),
-            Some(Signal::Handshake { rtt_ns: 9 })
+            Some(Signal::Handshake {
+                rtt_ns: 9,
+                inflight: 3
+            })
         );
         let unknown = LimiterSignal {
             kind: 99,

@@ -85,7 +85,7 @@ fn samples_lie_between_the_upstreams_delay_and_the_clients_own_time_to_first_byt
 }
 
 /// `requests` exchanges on one keep-alive connection: one sample each, within its bounds,
-/// one handshake, and the connection's slot back once it ends.
+/// one handshake reporting the connection's own slot, and the slot back once it ends.
 fn assert_keep_alive_samples(cg: &TestCgroup, agent: &Agent, requests: usize) {
     let up = respond(2, 0);
     let client = exchange(cg, up.addr, &["--requests", &requests.to_string()]);
@@ -98,7 +98,9 @@ fn assert_keep_alive_samples(cg: &TestCgroup, agent: &Agent, requests: usize) {
     for (k, c) in kernel.iter().zip(&client) {
         assert_bounded(k.value_ns, 2, *c);
     }
-    assert_eq!(wait_signals(agent, up.addr, "handshake", 1).len(), 1);
+    let handshakes = wait_signals(agent, up.addr, "handshake", 1);
+    assert_eq!(handshakes.len(), 1);
+    assert_eq!(handshakes[0].inflight, 1, "in flight when it was admitted");
 }
 
 #[kernel_test]

@@ -56,6 +56,8 @@ static __always_inline void slot_release(struct sock_state *ss)
 static __always_inline __s64 slot_take(struct sock_state *ss, struct dest_state *st,
 				       const struct dest_key *key)
 {
+	__s64 before;
+
 	ss->dest = *key;
 	ss->dest_created_ns = st->created_ns;
 	ss->established = 0;
@@ -64,7 +66,11 @@ static __always_inline __s64 slot_take(struct sock_state *ss, struct dest_state 
 	ss->connect_ns = bpf_ktime_get_ns();
 	ss->holds_slot = 1;
 	st->last_active_ns = ss->connect_ns;
-	return __sync_fetch_and_add(&st->inflight, 1);
+	before = __sync_fetch_and_add(&st->inflight, 1);
+	/* Reported with the handshake: until its first request, the field holds the count the
+	 * connection was admitted at, itself included. */
+	ss->request_inflight = before >= 0 ? before + 1 : 1;
+	return before;
 }
 
 /* Undoes slot_take for a connect that is refused after all. The refusal is ours, not the

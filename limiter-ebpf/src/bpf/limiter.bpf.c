@@ -303,7 +303,8 @@ int limiter_sockops(struct bpf_sock_ops *skops)
 	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
 		ss->established = 1;
 		now = bpf_ktime_get_ns();
-		emit_signal_at(ss, LIMITER_SIGNAL_HANDSHAKE, now, now - ss->connect_ns, 0);
+		emit_signal_at(ss, LIMITER_SIGNAL_HANDSHAKE, now, now - ss->connect_ns,
+			       ss->request_inflight);
 		break;
 	case BPF_SOCK_OPS_STATE_CB:
 		connect_failed(ss);

@@ -188,14 +188,17 @@ impl<'a> Sim<'a> {
     }
 
     /// A connection for a request of `class`: an idle pooled one, or a new connect that
-    /// the limit may refuse. Returns the in-flight count the request starts with.
+    /// the limit may refuse, whose handshake the kernel reports at once (loopback). Returns
+    /// the in-flight count the request starts with.
     fn connection(&mut self, class: usize) -> Option<u32> {
         let pools = self.setup.classes[class].client.keep_idle.is_some();
         if pools && self.idle > 0 {
             self.idle -= 1;
             return Some(self.admission.inflight());
         }
-        self.admission.try_admit()
+        let inflight = self.admission.try_admit()?;
+        self.controller.on_connect(self.now, inflight);
+        Some(inflight)
     }
 
     fn send(&mut self, class: usize, worker: Option<u32>) {
