@@ -12,7 +12,7 @@
 //! move, each move needing fresh evidence. A loaded latency follows in-flight, so it cannot
 //! pass that test and never becomes the baseline.
 
-use crate::evidence::{Evidence, EvidencePoint};
+use crate::evidence::{Evidence, EvidencePoint, Saturation};
 
 /// The most the baseline may rise in one move: a doubling heals a deploy or a failover in one
 /// step, while a thirty-fold incident needs five separate rounds of evidence.
@@ -40,9 +40,10 @@ impl Baseline {
         self.value.filter(|_| !self.warming_up)
     }
 
-    /// The upstream's saturation throughput, when the newest windows show one.
-    pub fn plateau_throughput(&self, baseline: f64) -> Option<f64> {
-        self.evidence.plateau_throughput(baseline)
+    /// The upstream's saturation, when the newest windows show one; `newest` is the newest
+    /// window's mean latency and p90, for when no window's mean is known.
+    pub fn saturation(&self, baseline: f64, newest: (f64, f64)) -> Option<Saturation> {
+        self.evidence.saturation(baseline, newest)
     }
 
     /// Whether lowering in-flight in the newest windows left the latency where it was.
@@ -123,6 +124,7 @@ mod tests {
             inflight,
             throughput: inflight / latency,
             latency,
+            mean_latency: Some(latency),
             bound: false,
         })
     }

@@ -52,6 +52,9 @@ pub struct DestinationController<A = AnyAlgorithm> {
     flat_windows: u32,
     /// When the limit was last lowered.
     cut_at_ns: u64,
+    /// While the baseline follows a saturated upstream: its mean service time, measured in
+    /// the window that queued least.
+    service_mean: Option<f64>,
     /// Samples of requests that started before this time measured a queue slow start built.
     fresh_from_ns: u64,
     /// Until this time the limit is the upper bound (see [`Controller::update`]).
@@ -87,6 +90,7 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             learned: false,
             flat_windows: 0,
             cut_at_ns: 0,
+            service_mean: None,
             fresh_from_ns: 0,
             first_word_at: Some(now_ns + FIRST_WORD_NS),
         }
@@ -114,6 +118,8 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             inflight,
             throughput: window.throughput(),
             latency,
+            mean_latency: (censored.is_none() && window.samples > 0)
+                .then_some(window.mean_latency_ns),
             bound,
         })
     }
@@ -143,38 +149,55 @@ impl<A: LimitAlgorithm> DestinationController<A> {
         let elevated = !warming_up && p90 >= ELEVATED * baseline;
         let flat = elevated && self.baseline.latency_ignored_a_cut();
         self.flat_windows = if flat { self.flat_windows + 1 } else { 0 };
-        let plateau = self.baseline.plateau_throughput(baseline);
+        let saturation = self
+            .baseline
+            .saturation(baseline, (window.mean_latency_ns, p90));
         // Throughput that fell with a cut shows the upstream below saturation, so what
         // latency remains is its own; unless timeouts took the throughput.
         let starved =
             elevated && !window.timeouts_censor() && self.baseline.throughput_followed_a_cut();
-        if let (true, Some(throughput)) = (self.flat_windows >= FLAT_WINDOWS || starved, plateau) {
+        if let (true, Some(saturation)) = (self.flat_windows >= FLAT_WINDOWS || starved, saturation)
+        {
             self.flat_windows = 0;
             // The upstream saturated when we sent more, and below our cut its latency
             // stayed or its throughput fell with in-flight: it is slow, not queueing us. Its
             // service time is the new baseline, and what it served at saturation times that
-            // time is its capacity (Little's law).
-            // Without a saturation (an upstream that serves whatever it is sent, only
+            // time is its capacity (Little's law), both taken from the window that queued
+            // least. Without a saturation (an upstream that serves whatever it is sent, only
             // slowly) the baseline does not follow: the limit keeps a slow destination from
             // piling up connections.
-            self.capacity = Some(throughput * window.mean_latency_ns / 1e9);
-            self.baseline.follow(p90);
-            baseline = p90;
-            self.recovery.followed(p90);
+            self.capacity = Some(saturation.throughput * saturation.service_mean / 1e9);
+            self.service_mean = Some(saturation.service_mean);
+            let service = saturation.service_p90.min(p90);
+            self.baseline.follow(service);
+            baseline = service;
+            self.recovery.followed(service);
         } else if let Some(healthy) = self.recovery.observe(WindowView {
             p90,
             baseline,
             limit: self.limit,
         }) {
             self.capacity = Some(healthy);
+            self.service_mean = None;
+        }
+        // Latency that fell with in-flight reads as our queueing only while there is a queue
+        // to speak of: after a slowdown ends, latency and in-flight fall together.
+        let self_queueing = self.baseline.shows_self_queueing() && p90 >= ELEVATED * baseline;
+        let mean = point.and_then(|p| p.mean_latency);
+        if let (Some(service), Some(mean)) = (self.service_mean.as_mut(), mean) {
+            *service = service.min(mean);
+            return Some(LatencyView {
+                smoothed: mean,
+                latest: mean,
+                baseline: *service,
+                self_queueing,
+            });
         }
         Some(LatencyView {
             smoothed,
             latest: p90,
             baseline,
-            // Latency that fell with in-flight reads as our queueing only while there is a
-            // queue to speak of: after a slowdown ends, latency and in-flight fall together.
-            self_queueing: self.baseline.shows_self_queueing() && p90 >= ELEVATED * baseline,
+            self_queueing,
         })
     }
 

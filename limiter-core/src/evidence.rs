@@ -87,6 +87,9 @@ pub struct EvidencePoint {
     pub throughput: f64,
     /// The window's p90 latency.
     pub latency: f64,
+    /// The mean latency of its answers, when they are all of its requests (timeouts took
+    /// none of the slow ones): Little's law's time in flight.
+    pub mean_latency: Option<f64>,
     /// The limit refused connects in the window: in-flight was the limit's, not the
     /// clients' choice.
     pub bound: bool,
@@ -97,7 +100,21 @@ struct LogPoint {
     inflight: f32,
     throughput: f32,
     latency: f32,
+    /// Infinite when the window's mean is unknown.
+    mean_latency: f32,
     bound: bool,
+}
+
+/// What the upstream serves at saturation and how long it takes doing so without a queue
+/// of ours.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Saturation {
+    /// The highest throughput a saturated window delivered, per second.
+    pub throughput: f64,
+    /// Of the same windows, the one whose requests spent the least time in flight: the
+    /// closest to no queue. Its mean latency and its p90.
+    pub service_mean: f64,
+    pub service_p90: f64,
 }
 
 /// Windows searched for the upstream's throughput plateau.
@@ -140,6 +157,9 @@ impl Evidence {
             inflight: p.inflight.max(1.0).ln() as f32,
             throughput: p.throughput.max(f64::MIN_POSITIVE).ln() as f32,
             latency: p.latency.max(1.0).ln() as f32,
+            mean_latency: p
+                .mean_latency
+                .map_or(f32::INFINITY, |m| m.max(1.0).ln() as f32),
             bound: p.bound,
         };
         self.next = (self.next + 1) % CORRELATION_WINDOWS;
@@ -180,12 +200,20 @@ impl Evidence {
         })
     }
 
-    /// The upstream's saturation throughput, if the newest windows show it: two windows
-    /// elevated above `baseline` where the limit bound in-flight, the one with more in-flight
-    /// buying no throughput at no less latency. Then the highest throughput such a window
-    /// delivered, per second. Windows at the old latency are left out: across a step of the
-    /// service time, the windows before it look like more throughput at less latency.
-    pub fn plateau_throughput(&self, baseline: f64) -> Option<f64> {
+    /// The upstream's saturation, if the newest windows show it: two windows elevated above
+    /// `baseline` where the limit bound in-flight, the one with more in-flight buying no
+    /// throughput at no less latency. Then the highest throughput such a window delivered,
+    /// and the service time of the one with the least mean latency (a window whose mean is
+    /// unknown offers the newest window's instead). Windows at the old latency are left
+    /// out: across a step of the service time, the windows before it look like more
+    /// throughput at less latency.
+    ///
+    /// The least mean, not the newest: a window at saturation holds the queue our
+    /// in-flight beyond the workers builds, and its in-flight is its throughput times its
+    /// mean latency whatever that queue is (Little's law), so throughput times its mean
+    /// reads the limit back as the capacity. A window the limit cut below the workers
+    /// waited in no queue: throughput at saturation times its latency is the workers.
+    pub fn saturation(&self, baseline: f64, newest: (f64, f64)) -> Option<Saturation> {
         let floor = (baseline.max(1.0) * ELEVATED).ln() as f32;
         let bound = || {
             self.newest_first()
@@ -201,7 +229,19 @@ impl Evidence {
             })
         });
         let best = bound().map(|p| p.throughput).reduce(f32::max)?;
-        saturated.then(|| f64::from(best).exp())
+        if !saturated {
+            return None;
+        }
+        let (service_mean, service_p90) = bound()
+            .filter(|p| p.mean_latency.is_finite())
+            .map(|p| (f64::from(p.mean_latency).exp(), f64::from(p.latency).exp()))
+            .reduce(|a, b| if b.0 < a.0 { b } else { a })
+            .unwrap_or(newest);
+        Some(Saturation {
+            throughput: f64::from(best).exp(),
+            service_mean,
+            service_p90,
+        })
     }
 
     /// Whether the limit lowered in-flight in the newest windows (the higher window was
@@ -256,6 +296,7 @@ mod tests {
                 inflight,
                 throughput: inflight / latency,
                 latency,
+                mean_latency: Some(latency),
                 bound: true,
             });
         }
@@ -330,10 +371,37 @@ mod tests {
                 inflight,
                 throughput,
                 latency: 2e9,
+                mean_latency: None,
                 bound: true,
             });
         }
-        assert_eq!(e.plateau_throughput(100e6).map(f64::round), Some(39.0));
+        let s = e.saturation(100e6, (1e9, 2e9)).expect("saturated");
+        assert_eq!(s.throughput.round(), 39.0);
+    }
+
+    #[test]
+    fn the_service_time_is_the_window_that_queued_least() {
+        let mut e = Evidence::default();
+        // 32 workers at 0.8 s serve 40 per second; in-flight beyond them queues.
+        for (inflight, mean_latency) in [(90.0, 2.25), (48.0, 1.2), (24.0, 0.8), (48.0, 1.2)] {
+            let throughput = inflight / mean_latency;
+            e.push(EvidencePoint {
+                inflight,
+                throughput,
+                latency: 1.5 * mean_latency * 1e9,
+                mean_latency: Some(mean_latency * 1e9),
+                bound: true,
+            });
+        }
+        let s = e.saturation(100e6, (1.2e9, 1.8e9)).expect("saturated");
+        assert_eq!(s.throughput.round(), 40.0);
+        assert_eq!((s.service_mean / 1e6).round(), 800.0);
+        assert_eq!((s.service_p90 / 1e6).round(), 1200.0);
+        assert_eq!(
+            (s.throughput * s.service_mean / 1e9).round(),
+            32.0,
+            "the workers, where the newest window's mean reads back its 48 in flight"
+        );
     }
 
     #[test]
