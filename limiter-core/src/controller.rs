@@ -5,7 +5,7 @@ use crate::algorithms::{AnyAlgorithm, LatencyView, LimitAlgorithm, Verdict, BACK
 use crate::baseline::{Baseline, ELEVATED};
 use crate::config::{ControlConfig, Limits};
 use crate::demand::DemandFloor;
-use crate::evidence::EvidencePoint;
+use crate::evidence::{EvidencePoint, Saturation};
 use crate::filter::LatencyFilter;
 use crate::guard::GrowthGuard;
 use crate::recovery::{Recovery, WindowView};
@@ -22,6 +22,10 @@ const FLAT_WINDOWS: u32 = 2;
 const SLACK: f64 = 2.0;
 /// A newest p90 under this multiple of the baseline is a mild rise; a slowdown is more.
 const MILD: f64 = 2.0;
+/// While following a saturated upstream the limit stays under this multiple of what it
+/// serves times its service time (BBR's congestion window over its bandwidth-delay
+/// product): enough queue to keep its workers busy, and no more.
+const BDP_GAIN: f64 = 1.15;
 /// How long a new destination's traffic is watched before its limit starts: a burst on
 /// attach (a proxy's connection per client request) has its answers by then.
 const FIRST_WORD_NS: u64 = 100_000_000;
@@ -52,9 +56,9 @@ pub struct DestinationController<A = AnyAlgorithm> {
     flat_windows: u32,
     /// When the limit was last lowered.
     cut_at_ns: u64,
-    /// While the baseline follows a saturated upstream: its mean service time, measured in
-    /// the window that queued least.
-    service_mean: Option<f64>,
+    /// While the baseline follows a saturated upstream: the most it has served since, and
+    /// its mean service time, measured in the window that queued least.
+    following: Option<Saturation>,
     /// Samples of requests that started before this time measured a queue slow start built.
     fresh_from_ns: u64,
     /// Until this time the limit is the upper bound (see [`Controller::update`]).
@@ -90,7 +94,7 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             learned: false,
             flat_windows: 0,
             cut_at_ns: 0,
-            service_mean: None,
+            following: None,
             fresh_from_ns: 0,
             first_word_at: Some(now_ns + FIRST_WORD_NS),
         }
@@ -167,7 +171,7 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             // slowly) the baseline does not follow: the limit keeps a slow destination from
             // piling up connections.
             self.capacity = Some(saturation.throughput * saturation.service_mean / 1e9);
-            self.service_mean = Some(saturation.service_mean);
+            self.following = Some(saturation);
             let service = saturation.service_p90.min(p90);
             self.baseline.follow(service);
             baseline = service;
@@ -178,18 +182,21 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             limit: self.limit,
         }) {
             self.capacity = Some(healthy);
-            self.service_mean = None;
+            self.following = None;
         }
         // Latency that fell with in-flight reads as our queueing only while there is a queue
         // to speak of: after a slowdown ends, latency and in-flight fall together.
         let self_queueing = self.baseline.shows_self_queueing() && p90 >= ELEVATED * baseline;
         let mean = point.and_then(|p| p.mean_latency);
-        if let (Some(service), Some(mean)) = (self.service_mean.as_mut(), mean) {
-            *service = service.min(mean);
+        if let (Some(following), Some(mean)) = (self.following.as_mut(), mean) {
+            following.service_mean = following.service_mean.min(mean);
+            if window.sheds > 0 {
+                following.throughput = following.throughput.max(window.throughput());
+            }
             return Some(LatencyView {
                 smoothed: mean,
                 latest: mean,
-                baseline: *service,
+                baseline: following.service_mean,
                 self_queueing,
             });
         }
@@ -258,6 +265,9 @@ impl<A: LimitAlgorithm> DestinationController<A> {
                     self.demand.observe_unbound(window.peak_inflight);
                 }
             }
+        }
+        if let Some(s) = &self.following {
+            allowed = allowed.min(BDP_GAIN * s.throughput * s.service_mean / 1e9);
         }
         if let Some(capacity) = self.capacity.take() {
             allowed = allowed.max(capacity);
