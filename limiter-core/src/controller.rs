@@ -122,8 +122,7 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             inflight,
             throughput: window.throughput(),
             latency,
-            mean_latency: (censored.is_none() && window.samples > 0)
-                .then_some(window.mean_latency_ns),
+            mean_latency: window.uncensored_mean(),
             bound,
         })
     }
@@ -170,7 +169,7 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             // least. Without a saturation (an upstream that serves whatever it is sent, only
             // slowly) the baseline does not follow: the limit keeps a slow destination from
             // piling up connections.
-            self.capacity = Some(saturation.throughput * saturation.service_mean / 1e9);
+            self.capacity = Some(saturation.capacity());
             self.following = Some(saturation);
             let service = saturation.service_p90.min(p90);
             self.baseline.follow(service);
@@ -189,9 +188,8 @@ impl<A: LimitAlgorithm> DestinationController<A> {
         let self_queueing = self.baseline.shows_self_queueing() && p90 >= ELEVATED * baseline;
         let mean = point.and_then(|p| p.mean_latency);
         if let (Some(following), Some(mean)) = (self.following.as_mut(), mean) {
-            following.service_mean = following.service_mean.min(mean);
-            if window.sheds > 0 {
-                following.throughput = following.throughput.max(window.throughput());
+            if let Some(point) = point {
+                following.observe(point.inflight, point.throughput, mean);
             }
             return Some(LatencyView {
                 smoothed: mean,
@@ -267,7 +265,7 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             }
         }
         if let Some(s) = &self.following {
-            allowed = allowed.min(BDP_GAIN * s.throughput * s.service_mean / 1e9);
+            allowed = allowed.min(BDP_GAIN * s.capacity());
         }
         if let Some(capacity) = self.capacity.take() {
             allowed = allowed.max(capacity);

@@ -115,6 +115,25 @@ pub struct Saturation {
     /// closest to no queue. Its mean latency and its p90.
     pub service_mean: f64,
     pub service_p90: f64,
+    /// The least in-flight a window served at saturation with: the workers are no more.
+    pub saturating_inflight: f64,
+}
+
+impl Saturation {
+    /// What the upstream serves at saturation times its service time (Little's law), and
+    /// never more than the least in-flight seen to saturate it.
+    pub fn capacity(&self) -> f64 {
+        (self.throughput * self.service_mean / 1e9).min(self.saturating_inflight)
+    }
+
+    /// Takes in a window seen while following: its in-flight, throughput and mean latency.
+    pub fn observe(&mut self, inflight: f64, throughput: f64, mean_latency: f64) {
+        self.service_mean = self.service_mean.min(mean_latency);
+        self.throughput = self.throughput.max(throughput);
+        if throughput >= SATURATING * self.throughput {
+            self.saturating_inflight = self.saturating_inflight.min(inflight);
+        }
+    }
 }
 
 /// Windows searched for the upstream's throughput plateau.
@@ -123,7 +142,9 @@ const PLATEAU_WINDOWS: usize = 10;
 /// less latency: the upstream was saturated. (Not necessarily at more latency: the p90 of a
 /// window lags the in-flight its requests started at, and a client's timeout caps it.)
 const PLATEAU_INFLIGHT: f64 = 1.2;
-const PLATEAU_GAIN: f64 = 1.1;
+const PLATEAU_ELASTICITY: f64 = 0.5;
+/// A window serving at least this share of the most the upstream served was saturating it.
+const SATURATING: f64 = 0.9;
 /// Windows back in which a lowering of in-flight by [`FLAT_CUT`] is looked for...
 const FLAT_WINDOWS: usize = 5;
 const FLAT_CUT: f64 = 0.75;
@@ -220,15 +241,26 @@ impl Evidence {
                 .take(PLATEAU_WINDOWS)
                 .filter(move |p| p.bound && p.latency >= floor)
         };
-        let (more, gain) = (PLATEAU_INFLIGHT.ln() as f32, PLATEAU_GAIN.ln() as f32);
+        let more = PLATEAU_INFLIGHT.ln() as f32;
+        let elasticity = PLATEAU_ELASTICITY as f32;
         let saturated = bound().any(|hi| {
             bound().any(|lo| {
                 hi.inflight >= lo.inflight + more
-                    && hi.throughput <= lo.throughput + gain
+                    && hi.throughput <= lo.throughput + elasticity * (hi.inflight - lo.inflight)
                     && hi.latency >= lo.latency
             })
         });
-        let best = bound().map(|p| p.throughput).reduce(f32::max)?;
+        let elevated = || {
+            self.newest_first()
+                .take(PLATEAU_WINDOWS)
+                .filter(move |p| p.latency >= floor)
+        };
+        let best = elevated().map(|p| p.throughput).reduce(f32::max)?;
+        let saturating = best + (SATURATING.ln() as f32);
+        let saturating_inflight = elevated()
+            .filter(|p| p.throughput >= saturating)
+            .map(|p| p.inflight)
+            .reduce(f32::min)?;
         if !saturated {
             return None;
         }
@@ -241,6 +273,7 @@ impl Evidence {
             throughput: f64::from(best).exp(),
             service_mean,
             service_p90,
+            saturating_inflight: f64::from(saturating_inflight).exp(),
         })
     }
 

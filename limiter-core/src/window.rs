@@ -71,6 +71,12 @@ impl WindowSummary {
         self.timeouts.saturating_mul(9) > self.samples
     }
 
+    /// The mean latency, when the answers are all of the window's requests (timeouts took
+    /// none of the slow ones): Little's law's time in flight.
+    pub fn uncensored_mean(&self) -> Option<f64> {
+        (self.samples > 0 && !self.timeouts_censor()).then_some(self.mean_latency_ns)
+    }
+
     /// Share of the window's requests that failed, timeouts counted double, in 0..=1. A
     /// timeout of a request sent before the last cut is no news: it waited in the queue that
     /// cut already shrinks, and counting it again would cut once per window it drains over.

@@ -34,11 +34,6 @@ pub const EXPECTED_FAILURES: &[ExpectedFailure] = &[
         reason: "tolerance 1.5 lets the same queue build on half the workers (about 87, 1.7x C/2); after they return the baseline heals upward onto that queueing and the limit climbs to the maximum.",
     },
     ExpectedFailure {
-        scenario: "baseline-shift",
-        algorithm: Algorithm::Gradient2,
-        reason: "the healed baseline lets the queue build again after the shift: the limit sits at 160..180, 1.7x C.",
-    },
-    ExpectedFailure {
         scenario: "errors",
         algorithm: Algorithm::Gradient2,
         reason: "reacts to the burst, then recovers past C into the same tolerance overshoot as in converge.",
