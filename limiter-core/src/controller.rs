@@ -56,8 +56,8 @@ pub struct DestinationController<A = AnyAlgorithm> {
     flat_windows: u32,
     /// When the limit was last lowered.
     cut_at_ns: u64,
-    /// While the baseline follows a saturated upstream: the most it has served since, and
-    /// its mean service time, measured in the window that queued least.
+    /// While the baseline follows a saturated upstream, until it recovers: what it serves at
+    /// saturation, its service time and the least in-flight that saturated it.
     following: Option<Saturation>,
     /// Samples of requests that started before this time measured a queue slow start built.
     fresh_from_ns: u64,
@@ -186,11 +186,12 @@ impl<A: LimitAlgorithm> DestinationController<A> {
         // Latency that fell with in-flight reads as our queueing only while there is a queue
         // to speak of: after a slowdown ends, latency and in-flight fall together.
         let self_queueing = self.baseline.shows_self_queueing() && p90 >= ELEVATED * baseline;
-        let mean = point.and_then(|p| p.mean_latency);
-        if let (Some(following), Some(mean)) = (self.following.as_mut(), mean) {
-            if let Some(point) = point {
-                following.observe(point.inflight, point.throughput, mean);
-            }
+        let measured = point.and_then(|p| p.mean_latency.map(|mean| (p, mean)));
+        if let (Some(following), Some((point, mean))) = (self.following.as_mut(), measured) {
+            following.observe(point.inflight, point.throughput, mean);
+            // Followed, the queue is read from the window's mean against the service time:
+            // a mean over fifty answers varies by a few per cent, a p90 by two or three
+            // times that, which at a limit near the workers is Vegas's whole band.
             return Some(LatencyView {
                 smoothed: mean,
                 latest: mean,

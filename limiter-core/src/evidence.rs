@@ -127,8 +127,14 @@ impl Saturation {
     }
 
     /// Takes in a window seen while following: its in-flight, throughput and mean latency.
+    /// A throughput beyond the saturation's noise is more than the upstream served at any
+    /// in-flight before (workers added, or a capacity first seen from below): what
+    /// saturated it then bounds it no more.
     pub fn observe(&mut self, inflight: f64, throughput: f64, mean_latency: f64) {
         self.service_mean = self.service_mean.min(mean_latency);
+        if throughput * SATURATING > self.throughput {
+            self.saturating_inflight = inflight;
+        }
         self.throughput = self.throughput.max(throughput);
         if throughput >= SATURATING * self.throughput {
             self.saturating_inflight = self.saturating_inflight.min(inflight);
@@ -138,9 +144,12 @@ impl Saturation {
 
 /// Windows searched for the upstream's throughput plateau.
 const PLATEAU_WINDOWS: usize = 10;
-/// More in-flight by this factor that bought no more than [`PLATEAU_GAIN`] throughput, at no
-/// less latency: the upstream was saturated. (Not necessarily at more latency: the p90 of a
-/// window lags the in-flight its requests started at, and a client's timeout caps it.)
+/// More in-flight by this factor that bought less than [`PLATEAU_ELASTICITY`] of its rise
+/// in throughput (log-log), at no less latency: the upstream was saturated. (Not necessarily
+/// at more latency: the p90 of a window lags the in-flight its requests started at, and a
+/// client's timeout caps it.) Below saturation throughput follows in-flight one for one;
+/// a window that drains in-flight through the workers mixes the two, so a fixed gain of
+/// 1.1x missed 1.7x the in-flight buying 1.13x the throughput.
 const PLATEAU_INFLIGHT: f64 = 1.2;
 const PLATEAU_ELASTICITY: f64 = 0.5;
 /// A window serving at least this share of the most the upstream served was saturating it.
@@ -222,12 +231,13 @@ impl Evidence {
     }
 
     /// The upstream's saturation, if the newest windows show it: two windows elevated above
-    /// `baseline` where the limit bound in-flight, the one with more in-flight buying no
-    /// throughput at no less latency. Then the highest throughput such a window delivered,
-    /// and the service time of the one with the least mean latency (a window whose mean is
-    /// unknown offers the newest window's instead). Windows at the old latency are left
-    /// out: across a step of the service time, the windows before it look like more
-    /// throughput at less latency.
+    /// `baseline` where the limit bound in-flight, the one with more in-flight buying little
+    /// throughput at no less latency. Then the highest throughput an elevated window
+    /// delivered (bound or not: a window the clients' own in-flight saturated counts), the
+    /// least in-flight a window served nearly that with, and the service time of the bound
+    /// window with the least mean latency (a window whose mean is unknown offers the newest
+    /// window's instead). Windows at the old latency are left out: across a step of the
+    /// service time, the windows before it look like more throughput at less latency.
     ///
     /// The least mean, not the newest: a window at saturation holds the queue our
     /// in-flight beyond the workers builds, and its in-flight is its throughput times its
@@ -435,6 +445,78 @@ mod tests {
             32.0,
             "the workers, where the newest window's mean reads back its 48 in flight"
         );
+    }
+
+    /// Bound windows at (in-flight, throughput), all 2 s at p90 with no known mean.
+    fn bound_windows(points: &[(f64, f64)]) -> Evidence {
+        let mut e = Evidence::default();
+        for &(inflight, throughput) in points {
+            e.push(EvidencePoint {
+                inflight,
+                throughput,
+                latency: 2e9,
+                mean_latency: None,
+                bound: true,
+            });
+        }
+        e
+    }
+
+    #[test]
+    fn saturation_is_more_in_flight_buying_under_half_its_rise_in_throughput() {
+        let draining = bound_windows(&[(88.0, 38.3), (51.0, 34.0)]);
+        assert!(
+            draining.saturation(100e6, (1e9, 2e9)).is_some(),
+            "1.7x the in-flight bought 1.13x the throughput"
+        );
+        let below = bound_windows(&[(37.0, 36.5), (30.0, 30.5)]);
+        assert!(
+            below.saturation(100e6, (1e9, 2e9)).is_none(),
+            "1.23x the in-flight bought 1.2x the throughput: the workers were not all busy"
+        );
+    }
+
+    #[test]
+    fn the_capacity_is_never_more_than_the_least_in_flight_seen_to_saturate() {
+        // The least-queued window still queued (a mean of 1.4 s for 0.85 s of service):
+        // 37/s x 1.4 s reads 52, but 30 in flight were seen to serve the saturation.
+        let mut s = Saturation {
+            throughput: 37.0,
+            service_mean: 1.4e9,
+            service_p90: 1.7e9,
+            saturating_inflight: 30.0,
+        };
+        assert_eq!(s.capacity(), 30.0);
+        s.observe(25.0, 29.0, 0.85e9);
+        assert_eq!(s.service_mean, 0.85e9, "a window under the workers");
+        assert_eq!(
+            s.saturating_inflight, 30.0,
+            "serving 0.78x the saturation is not saturating it"
+        );
+        s.observe(60.0, 38.0, 1.6e9);
+        assert_eq!(s.throughput, 38.0);
+        assert_eq!(
+            (s.capacity() * 10.0).round() / 10.0,
+            30.0,
+            "38/s x 0.85 s is 32.3, over the 30 seen to saturate"
+        );
+        s.saturating_inflight = 40.0;
+        assert_eq!((s.capacity() * 10.0).round() / 10.0, 32.3);
+    }
+
+    #[test]
+    fn serving_more_than_ever_lifts_the_bound_of_what_saturated_before() {
+        let mut s = Saturation {
+            throughput: 37.0,
+            service_mean: 0.85e9,
+            service_p90: 1.2e9,
+            saturating_inflight: 32.0,
+        };
+        s.observe(36.0, 39.0, 0.9e9);
+        assert_eq!(s.saturating_inflight, 32.0, "39/s is the noise of 37");
+        s.observe(37.0, 44.0, 0.84e9);
+        assert_eq!(s.saturating_inflight, 37.0, "44/s: workers were added");
+        assert_eq!((s.capacity() * 10.0).round() / 10.0, 37.0);
     }
 
     #[test]
