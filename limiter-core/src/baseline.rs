@@ -42,7 +42,7 @@ impl Baseline {
 
     /// The upstream's saturation, when the newest windows show one; `newest` is the newest
     /// window's mean latency and p90, for when no window's mean is known.
-    pub fn saturation(&self, baseline: f64, newest: (f64, f64)) -> Option<Saturation> {
+    pub fn saturation(&self, baseline: f64, newest: (f64, f64)) -> Option<(Saturation, f64)> {
         self.evidence.saturation(baseline, newest)
     }
 

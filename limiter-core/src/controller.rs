@@ -46,9 +46,6 @@ pub struct DestinationController<A = AnyAlgorithm> {
     guard: GrowthGuard,
     demand: DemandFloor,
     slow_start: SlowStart,
-    /// A limit the newest window showed the upstream can take: its capacity at a slower
-    /// service time, or the last healthy limit once it is fast again.
-    capacity: Option<f64>,
     recovery: Recovery,
     /// The baseline has been published once: the first learning is over.
     learned: bool,
@@ -89,7 +86,6 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             guard: GrowthGuard::new(cfg.pipeline.app_limited_multiple, f64::from(limits.initial)),
             demand: DemandFloor::default(),
             slow_start: SlowStart::new(f64::from(limits.max)),
-            capacity: None,
             recovery: Recovery::default(),
             learned: false,
             flat_windows: 0,
@@ -127,13 +123,15 @@ impl<A: LimitAlgorithm> DestinationController<A> {
         })
     }
 
-    fn latency_view(&mut self, window: &WindowSummary) -> Option<LatencyView> {
+    /// What a window says of the latency, and a limit it showed the upstream can take: its
+    /// capacity at a slower service time, or the last healthy limit once it is fast again.
+    fn latency_view(&mut self, window: &WindowSummary) -> (Option<LatencyView>, Option<f64>) {
         let point = self.evidence_point(window);
         let Some(p90) = window.p90_ns.map(|p| p.max(1.0)) else {
             if let Some(point) = point {
                 self.baseline.testify(point);
             }
-            return None;
+            return (None, None);
         };
         let smoothed = self.filter.push(p90);
         // A p90 over fewer latencies than a full window, or a filter short of five windows,
@@ -148,7 +146,7 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             warming_up,
             self.filter.is_settled(SETTLED),
         );
-        self.capacity = None;
+        let mut capacity = None;
         let elevated = !warming_up && p90 >= ELEVATED * baseline;
         let flat = elevated && self.baseline.latency_ignored_a_cut();
         self.flat_windows = if flat { self.flat_windows + 1 } else { 0 };
@@ -169,9 +167,10 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             // least. Without a saturation (an upstream that serves whatever it is sent, only
             // slowly) the baseline does not follow: the limit keeps a slow destination from
             // piling up connections.
-            self.capacity = Some(saturation.capacity());
+            let (saturation, service_p90) = saturation;
+            capacity = Some(saturation.capacity());
             self.following = Some(saturation);
-            let service = saturation.service_p90.min(p90);
+            let service = service_p90.min(p90);
             self.baseline.follow(service);
             baseline = service;
             self.recovery.followed(service);
@@ -180,7 +179,7 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             baseline,
             limit: self.limit,
         }) {
-            self.capacity = Some(healthy);
+            capacity = Some(healthy);
             self.following = None;
         }
         // Latency that fell with in-flight reads as our queueing only while there is a queue
@@ -192,19 +191,21 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             // Followed, the queue is read from the window's mean against the service time:
             // a mean over fifty answers varies by a few per cent, a p90 by two or three
             // times that, which at a limit near the workers is Vegas's whole band.
-            return Some(LatencyView {
+            let view = LatencyView {
                 smoothed: mean,
                 latest: mean,
-                baseline: following.service_mean,
+                baseline: following.service_mean(),
                 self_queueing,
-            });
+            };
+            return (Some(view), capacity);
         }
-        Some(LatencyView {
+        let view = LatencyView {
             smoothed,
             latest: p90,
             baseline,
             self_queueing,
-        })
+        };
+        (Some(view), capacity)
     }
 
     /// Whether a connection that ended `waited_ns` after its request started waited longer
@@ -223,7 +224,7 @@ impl<A: LimitAlgorithm> DestinationController<A> {
 
     fn close(&mut self, window: WindowSummary, now_ns: u64) {
         self.guard.observe(window.peak_inflight);
-        let latency = self.latency_view(&window);
+        let (latency, capacity) = self.latency_view(&window);
         let error_pressure = window.error_pressure();
         if latency.is_none() && error_pressure == 0.0 {
             return;
@@ -268,7 +269,7 @@ impl<A: LimitAlgorithm> DestinationController<A> {
         if let Some(s) = &self.following {
             allowed = allowed.min(BDP_GAIN * s.capacity());
         }
-        if let Some(capacity) = self.capacity.take() {
+        if let Some(capacity) = capacity {
             allowed = allowed.max(capacity);
         }
         if allowed.is_finite() {

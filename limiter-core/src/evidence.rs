@@ -44,7 +44,7 @@ struct Slopes {
 impl Slopes {
     /// Least-squares slopes over `points`, if there are at least `min_points` of them and
     /// in-flight varied enough among them to tell anything.
-    fn over<'a>(points: impl Iterator<Item = &'a LogPoint>, min_points: usize) -> Option<Slopes> {
+    fn over(points: impl Iterator<Item = LogPoint>, min_points: usize) -> Option<Slopes> {
         let mut n = 0.0;
         let (mut sx, mut sxx, mut sl, mut sxl, mut st, mut sxt) = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
         let mut sll = 0.0;
@@ -95,35 +95,60 @@ pub struct EvidencePoint {
     pub bound: bool,
 }
 
+/// One window as kept: the logs of its figures, 16 bytes (whether it was bound is a bit of
+/// [`Evidence::bound`], which keeps a controller under 4 KiB).
 #[derive(Clone, Copy, Debug, Default)]
-struct LogPoint {
+struct Logged {
     inflight: f32,
     throughput: f32,
     latency: f32,
     /// Infinite when the window's mean is unknown.
     mean_latency: f32,
+}
+
+/// One window as read back.
+#[derive(Clone, Copy, Debug)]
+struct LogPoint {
+    inflight: f32,
+    throughput: f32,
+    latency: f32,
+    mean_latency: f32,
     bound: bool,
 }
 
 /// What the upstream serves at saturation and how long it takes doing so without a queue
-/// of ours.
+/// of ours. Kept in `f32` (7 significant digits) while a destination is followed: a
+/// controller stays under 4 KiB.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Saturation {
     /// The highest throughput a saturated window delivered, per second.
-    pub throughput: f64,
-    /// Of the same windows, the one whose requests spent the least time in flight: the
-    /// closest to no queue. Its mean latency and its p90.
-    pub service_mean: f64,
-    pub service_p90: f64,
+    throughput: f32,
+    /// The mean latency of the window whose requests spent the least time in flight: the
+    /// closest to no queue.
+    service_mean: f32,
     /// The least in-flight a window served at saturation with: the workers are no more.
-    pub saturating_inflight: f64,
+    saturating_inflight: f32,
 }
 
 impl Saturation {
+    fn new(throughput: f64, service_mean: f64, saturating_inflight: f64) -> Self {
+        Saturation {
+            throughput: throughput as f32,
+            service_mean: service_mean as f32,
+            saturating_inflight: saturating_inflight as f32,
+        }
+    }
+
+    /// The mean service time, in nanoseconds.
+    pub fn service_mean(&self) -> f64 {
+        f64::from(self.service_mean)
+    }
+
     /// What the upstream serves at saturation times its service time (Little's law), and
     /// never more than the least in-flight seen to saturate it.
     pub fn capacity(&self) -> f64 {
-        (self.throughput * self.service_mean / 1e9).min(self.saturating_inflight)
+        (f64::from(self.throughput) * self.service_mean() / 1e9)
+            .min(f64::from(self.saturating_inflight))
     }
 
     /// Takes in a window seen while following: its in-flight, throughput and mean latency.
@@ -131,12 +156,13 @@ impl Saturation {
     /// in-flight before (workers added, or a capacity first seen from below): what
     /// saturated it then bounds it no more.
     pub fn observe(&mut self, inflight: f64, throughput: f64, mean_latency: f64) {
-        self.service_mean = self.service_mean.min(mean_latency);
-        if throughput * SATURATING > self.throughput {
+        let (inflight, throughput) = (inflight as f32, throughput as f32);
+        self.service_mean = self.service_mean.min(mean_latency as f32);
+        if throughput * SATURATING as f32 > self.throughput {
             self.saturating_inflight = inflight;
         }
         self.throughput = self.throughput.max(throughput);
-        if throughput >= SATURATING * self.throughput {
+        if throughput >= SATURATING as f32 * self.throughput {
             self.saturating_inflight = self.saturating_inflight.min(inflight);
         }
     }
@@ -165,15 +191,20 @@ const STARVED: f64 = 0.8;
 /// The last [`CORRELATION_WINDOWS`] windows, oldest overwritten first.
 #[derive(Clone, Debug)]
 pub struct Evidence {
-    points: [LogPoint; CORRELATION_WINDOWS],
-    len: usize,
-    next: usize,
+    points: [Logged; CORRELATION_WINDOWS],
+    /// Bit `i`: the window in `points[i]` was bound by the limit.
+    bound: u64,
+    len: u8,
+    next: u8,
 }
+
+const _: () = assert!(CORRELATION_WINDOWS <= u64::BITS as usize);
 
 impl Default for Evidence {
     fn default() -> Self {
         Evidence {
-            points: [LogPoint::default(); CORRELATION_WINDOWS],
+            points: [Logged::default(); CORRELATION_WINDOWS],
+            bound: 0,
             len: 0,
             next: 0,
         }
@@ -183,17 +214,18 @@ impl Default for Evidence {
 impl Evidence {
     /// Records one window; in-flight is floored at one request (the sample's own).
     pub fn push(&mut self, p: EvidencePoint) {
-        self.points[self.next] = LogPoint {
+        let slot = usize::from(self.next);
+        self.points[slot] = Logged {
             inflight: p.inflight.max(1.0).ln() as f32,
             throughput: p.throughput.max(f64::MIN_POSITIVE).ln() as f32,
             latency: p.latency.max(1.0).ln() as f32,
             mean_latency: p
                 .mean_latency
                 .map_or(f32::INFINITY, |m| m.max(1.0).ln() as f32),
-            bound: p.bound,
         };
-        self.next = (self.next + 1) % CORRELATION_WINDOWS;
-        self.len = (self.len + 1).min(CORRELATION_WINDOWS);
+        self.bound = (self.bound & !(1 << slot)) | (u64::from(p.bound) << slot);
+        self.next = ((slot + 1) % CORRELATION_WINDOWS) as u8;
+        self.len = (usize::from(self.len) + 1).min(CORRELATION_WINDOWS) as u8;
     }
 
     /// Forgets every window: the next conclusion needs fresh evidence.
@@ -202,9 +234,17 @@ impl Evidence {
     }
 
     /// The held windows, newest first.
-    fn newest_first(&self) -> impl Iterator<Item = &LogPoint> {
-        (1..=self.len).map(move |back| {
-            &self.points[(self.next + CORRELATION_WINDOWS - back) % CORRELATION_WINDOWS]
+    fn newest_first(&self) -> impl Iterator<Item = LogPoint> + '_ {
+        (1..=usize::from(self.len)).map(move |back| {
+            let slot = (usize::from(self.next) + CORRELATION_WINDOWS - back) % CORRELATION_WINDOWS;
+            let kept = self.points[slot];
+            LogPoint {
+                inflight: kept.inflight,
+                throughput: kept.throughput,
+                latency: kept.latency,
+                mean_latency: kept.mean_latency,
+                bound: self.bound & (1 << slot) != 0,
+            }
         })
     }
 
@@ -239,12 +279,14 @@ impl Evidence {
     /// window's instead). Windows at the old latency are left out: across a step of the
     /// service time, the windows before it look like more throughput at less latency.
     ///
+    /// Returns the saturation and the p90 of the window its service time comes from.
+    ///
     /// The least mean, not the newest: a window at saturation holds the queue our
     /// in-flight beyond the workers builds, and its in-flight is its throughput times its
     /// mean latency whatever that queue is (Little's law), so throughput times its mean
     /// reads the limit back as the capacity. A window the limit cut below the workers
     /// waited in no queue: throughput at saturation times its latency is the workers.
-    pub fn saturation(&self, baseline: f64, newest: (f64, f64)) -> Option<Saturation> {
+    pub fn saturation(&self, baseline: f64, newest: (f64, f64)) -> Option<(Saturation, f64)> {
         let floor = (baseline.max(1.0) * ELEVATED).ln() as f32;
         let bound = || {
             self.newest_first()
@@ -279,12 +321,12 @@ impl Evidence {
             .map(|p| (f64::from(p.mean_latency).exp(), f64::from(p.latency).exp()))
             .reduce(|a, b| if b.0 < a.0 { b } else { a })
             .unwrap_or(newest);
-        Some(Saturation {
-            throughput: f64::from(best).exp(),
+        let saturation = Saturation::new(
+            f64::from(best).exp(),
             service_mean,
-            service_p90,
-            saturating_inflight: f64::from(saturating_inflight).exp(),
-        })
+            f64::from(saturating_inflight).exp(),
+        );
+        Some((saturation, service_p90))
     }
 
     /// Whether the limit lowered in-flight in the newest windows (the higher window was
@@ -311,7 +353,7 @@ impl Evidence {
         };
         let cut = (1.0 / FLAT_CUT).ln() as f32;
         newest_first.take(FLAT_WINDOWS).any(|before| {
-            before.bound && before.inflight >= newest.inflight + cut && shows(before, newest)
+            before.bound && before.inflight >= newest.inflight + cut && shows(&before, &newest)
         })
     }
 
@@ -418,7 +460,7 @@ mod tests {
                 bound: true,
             });
         }
-        let s = e.saturation(100e6, (1e9, 2e9)).expect("saturated");
+        let (s, _) = e.saturation(100e6, (1e9, 2e9)).expect("saturated");
         assert_eq!(s.throughput.round(), 39.0);
     }
 
@@ -436,12 +478,12 @@ mod tests {
                 bound: true,
             });
         }
-        let s = e.saturation(100e6, (1.2e9, 1.8e9)).expect("saturated");
+        let (s, service_p90) = e.saturation(100e6, (1.2e9, 1.8e9)).expect("saturated");
         assert_eq!(s.throughput.round(), 40.0);
-        assert_eq!((s.service_mean / 1e6).round(), 800.0);
-        assert_eq!((s.service_p90 / 1e6).round(), 1200.0);
+        assert_eq!((s.service_mean() / 1e6).round(), 800.0);
+        assert_eq!((service_p90 / 1e6).round(), 1200.0);
         assert_eq!(
-            (s.throughput * s.service_mean / 1e9).round(),
+            s.capacity().round(),
             32.0,
             "the workers, where the newest window's mean reads back its 48 in flight"
         );
@@ -480,12 +522,7 @@ mod tests {
     fn the_capacity_is_never_more_than_the_least_in_flight_seen_to_saturate() {
         // The least-queued window still queued (a mean of 1.4 s for 0.85 s of service):
         // 37/s x 1.4 s reads 52, but 30 in flight were seen to serve the saturation.
-        let mut s = Saturation {
-            throughput: 37.0,
-            service_mean: 1.4e9,
-            service_p90: 1.7e9,
-            saturating_inflight: 30.0,
-        };
+        let mut s = Saturation::new(37.0, 1.4e9, 30.0);
         assert_eq!(s.capacity(), 30.0);
         s.observe(25.0, 29.0, 0.85e9);
         assert_eq!(s.service_mean, 0.85e9, "a window under the workers");
@@ -506,12 +543,7 @@ mod tests {
 
     #[test]
     fn serving_more_than_ever_lifts_the_bound_of_what_saturated_before() {
-        let mut s = Saturation {
-            throughput: 37.0,
-            service_mean: 0.85e9,
-            service_p90: 1.2e9,
-            saturating_inflight: 32.0,
-        };
+        let mut s = Saturation::new(37.0, 0.85e9, 32.0);
         s.observe(36.0, 39.0, 0.9e9);
         assert_eq!(s.saturating_inflight, 32.0, "39/s is the noise of 37");
         s.observe(37.0, 44.0, 0.84e9);
