@@ -121,7 +121,7 @@ struct LogPoint {
 /// controller stays under 4 KiB.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Saturation {
-    /// The highest throughput a saturated window delivered, per second.
+    /// The highest throughput a window above the baseline delivered, per second.
     throughput: f32,
     /// The mean latency of the window whose requests spent the least time in flight: the
     /// closest to no queue.
