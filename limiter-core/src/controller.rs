@@ -150,15 +150,18 @@ impl<A: LimitAlgorithm> DestinationController<A> {
         let elevated = !warming_up && p90 >= ELEVATED * baseline;
         let flat = elevated && self.baseline.latency_ignored_a_cut();
         self.flat_windows = if flat { self.flat_windows + 1 } else { 0 };
-        let saturation = self
-            .baseline
-            .saturation(baseline, (window.mean_latency_ns, p90));
         // Throughput that fell with a cut shows the upstream below saturation, so what
         // latency remains is its own; unless timeouts took the throughput.
         let starved =
             elevated && !window.timeouts_censor() && self.baseline.throughput_followed_a_cut();
-        if let (true, Some(saturation)) = (self.flat_windows >= FLAT_WINDOWS || starved, saturation)
-        {
+        // The saturation is only looked for once a sign says the latency is the upstream's.
+        let saturation = (self.flat_windows >= FLAT_WINDOWS || starved)
+            .then(|| {
+                self.baseline
+                    .saturation(baseline, (window.mean_latency_ns, p90))
+            })
+            .flatten();
+        if let Some(saturation) = saturation {
             self.flat_windows = 0;
             // The upstream saturated when we sent more, and below our cut its latency
             // stayed or its throughput fell with in-flight: it is slow, not queueing us. Its

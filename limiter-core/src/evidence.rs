@@ -302,6 +302,9 @@ impl Evidence {
                     && hi.latency >= lo.latency
             })
         });
+        if !saturated {
+            return None;
+        }
         let elevated = || {
             self.newest_first()
                 .take(PLATEAU_WINDOWS)
@@ -313,9 +316,6 @@ impl Evidence {
             .filter(|p| p.throughput >= saturating)
             .map(|p| p.inflight)
             .reduce(f32::min)?;
-        if !saturated {
-            return None;
-        }
         let (service_mean, service_p90) = bound()
             .filter(|p| p.mean_latency.is_finite())
             .map(|p| (f64::from(p.mean_latency).exp(), f64::from(p.latency).exp()))
