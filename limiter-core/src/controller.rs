@@ -181,6 +181,7 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             p90,
             baseline,
             limit: self.limit,
+            erred: window.error_pressure() >= BACKGROUND_ERRORS,
         }) {
             capacity = Some(healthy);
             self.following = None;

@@ -4,7 +4,9 @@
 //! the service time the baseline had to follow, or it is back at the baseline, from at least
 //! twice it, under a limit no lower than the slow window's: the upstream sped up by itself.
 //! A latency that came down because the limit was cut (our own queue drained) is no
-//! recovery: going back would rebuild that queue.
+//! recovery: going back would rebuild that queue. Errors at the baseline's latency are the
+//! third kind of slowdown: the first window without them, still at the baseline, is the end
+//! of it.
 
 use crate::baseline::ELEVATED;
 
@@ -19,6 +21,8 @@ pub struct WindowView {
     pub baseline: f64,
     /// The limit in force during the window.
     pub limit: f64,
+    /// Errors above the background, which cut the limit whatever the latency.
+    pub erred: bool,
 }
 
 /// The last healthy limit, and the slowdown it is waiting to see the end of.
@@ -29,6 +33,9 @@ pub struct Recovery {
     /// The limit of the newest window since the last healthy one that was slower than the
     /// baseline by the recovery's own margin (at least 1 / RECOVERED).
     slow_limit: Option<f64>,
+    /// Windows since the last healthy one had errors at the baseline's latency, and none
+    /// was slow.
+    erred: bool,
 }
 
 impl Recovery {
@@ -49,13 +56,21 @@ impl Recovery {
             return Some(self.healthy_limit);
         }
         if w.p90 > ELEVATED * w.baseline {
+            // A cut made while the latency rose is the latency's: the errors no longer
+            // tell when it is over.
+            self.erred = false;
             if RECOVERED * w.p90 >= w.baseline {
                 self.slow_limit = Some(w.limit);
             }
             return None;
         }
+        if w.erred {
+            self.erred = true;
+            return None;
+        }
         let sped_up = self.slow_limit.take().is_some_and(|limit| w.limit >= limit);
-        if sped_up && self.healthy_limit > w.limit {
+        let errors_over = std::mem::take(&mut self.erred);
+        if (sped_up || errors_over) && self.healthy_limit > w.limit {
             return Some(self.healthy_limit);
         }
         self.healthy_limit = w.limit;
@@ -72,7 +87,34 @@ mod tests {
             p90,
             baseline,
             limit,
+            erred: false,
         }
+    }
+
+    fn erring(p90: f64, baseline: f64, limit: f64) -> WindowView {
+        WindowView {
+            erred: true,
+            ..window(p90, baseline, limit)
+        }
+    }
+
+    #[test]
+    fn the_first_window_without_errors_at_the_baseline_gets_the_limit_back() {
+        let mut r = Recovery::default();
+        r.observe(window(30.0, 30.0, 110.0));
+        assert_eq!(r.observe(erring(30.0, 30.0, 100.0)), None);
+        assert_eq!(r.observe(erring(31.0, 30.0, 60.0)), None);
+        assert_eq!(r.observe(window(31.0, 30.0, 30.0)), Some(110.0));
+        assert_eq!(r.observe(window(31.0, 30.0, 30.0)), None, "once");
+    }
+
+    #[test]
+    fn errors_with_a_slowdown_are_the_slowdown_s_to_end() {
+        let mut r = Recovery::default();
+        r.observe(window(30.0, 30.0, 110.0));
+        r.observe(erring(30.0, 30.0, 100.0));
+        r.observe(erring(45.0, 30.0, 60.0));
+        assert_eq!(r.observe(window(31.0, 30.0, 30.0)), None, "cut since");
     }
 
     #[test]

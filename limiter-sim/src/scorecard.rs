@@ -36,7 +36,7 @@ pub const EXPECTED_FAILURES: &[ExpectedFailure] = &[
     ExpectedFailure {
         scenario: "errors",
         algorithm: Algorithm::Gradient2,
-        reason: "reacts to the burst, then recovers past C into the same tolerance overshoot as in converge.",
+        reason: "reacts to the burst, then goes back to its limit before it, in the same tolerance overshoot as in converge (about 1.7x C).",
     },
     ExpectedFailure {
         scenario: "converge",
@@ -61,7 +61,7 @@ pub const EXPECTED_FAILURES: &[ExpectedFailure] = &[
     ExpectedFailure {
         scenario: "errors",
         algorithm: Algorithm::Aimd,
-        reason: "falls on the burst (x0.9 per window with errors) but climbs back one step per window: its p5 after the burst is still about 60.",
+        reason: "falls on the burst (x0.9 per window with errors), then goes back to its limit before it, which its climb blind to latency had taken past C to the maximum.",
     },
     ExpectedFailure {
         scenario: "converge",
@@ -81,7 +81,7 @@ pub const EXPECTED_FAILURES: &[ExpectedFailure] = &[
     ExpectedFailure {
         scenario: "errors",
         algorithm: Algorithm::Gateway,
-        reason: "falls hard on the burst (x0.8 per error, to 7), then overshoots into the same sawtooth.",
+        reason: "falls hard on the burst (x0.8 per error, to 7), then goes back to its limit before it, in the same sawtooth between C and 2C.",
     },
     ExpectedFailure {
         scenario: "converge",

@@ -5,13 +5,16 @@ use limiter_sim::{scenarios, sweep, AlgorithmChoice};
 
 /// Scenarios held to every seed; the others are listed in docs/simulation.md with how
 /// often they fail.
-const ROBUST: [&str; 6] = [
+const ROBUST: [&str; 9] = [
     "streaming",
     "healthy-start",
     "goodbye",
     "slow-query",
     "low-traffic",
     "keepalive-pool",
+    "errors",
+    "recovery",
+    "capacity-halves",
 ];
 const SEEDS: u64 = 200;
 
