@@ -25,14 +25,15 @@ pub struct WindowView {
     pub erred: bool,
 }
 
-/// The last healthy limit, and the slowdown it is waiting to see the end of.
+/// The last healthy limit, and the slowdown it is waiting to see the end of. Kept in `f32`
+/// (7 significant digits): a controller stays under 4 KiB.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Recovery {
-    healthy_limit: f64,
-    slow_p90: Option<f64>,
+    healthy_limit: f32,
+    slow_p90: Option<f32>,
     /// The limit of the newest window since the last healthy one that was slower than the
     /// baseline by the recovery's own margin (at least 1 / RECOVERED).
-    slow_limit: Option<f64>,
+    slow_limit: Option<f32>,
     /// Windows since the last healthy one had errors at the baseline's latency, and none
     /// was slow.
     erred: bool,
@@ -41,26 +42,27 @@ pub struct Recovery {
 impl Recovery {
     /// The baseline followed the upstream to the slower `p90`.
     pub fn followed(&mut self, p90: f64) {
-        self.slow_p90 = Some(p90);
+        self.slow_p90 = Some(p90 as f32);
     }
 
     /// One window. Returns the limit to go back to when the window shows the upstream
     /// recovered from a slowdown.
     pub fn observe(&mut self, w: WindowView) -> Option<f64> {
+        let healthy = f64::from(self.healthy_limit);
         if let Some(slow) = self.slow_p90 {
-            if w.p90 > RECOVERED * slow {
+            if w.p90 > RECOVERED * f64::from(slow) {
                 return None;
             }
             self.slow_p90 = None;
             self.slow_limit = None;
-            return Some(self.healthy_limit);
+            return Some(healthy);
         }
         if w.p90 > ELEVATED * w.baseline {
             // A cut made while the latency rose is the latency's: the errors no longer
             // tell when it is over.
             self.erred = false;
             if RECOVERED * w.p90 >= w.baseline {
-                self.slow_limit = Some(w.limit);
+                self.slow_limit = Some(w.limit as f32);
             }
             return None;
         }
@@ -68,12 +70,15 @@ impl Recovery {
             self.erred = true;
             return None;
         }
-        let sped_up = self.slow_limit.take().is_some_and(|limit| w.limit >= limit);
+        let sped_up = self
+            .slow_limit
+            .take()
+            .is_some_and(|limit| w.limit >= f64::from(limit));
         let errors_over = std::mem::take(&mut self.erred);
-        if (sped_up || errors_over) && self.healthy_limit > w.limit {
-            return Some(self.healthy_limit);
+        if (sped_up || errors_over) && healthy > w.limit {
+            return Some(healthy);
         }
-        self.healthy_limit = w.limit;
+        self.healthy_limit = w.limit as f32;
         None
     }
 }
