@@ -6,7 +6,7 @@
 
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-pub const ABI_VERSION: u32 = 7;
+pub const ABI_VERSION: u32 = 8;
 
 /// A value the kernel wrote that no variant of the named ABI enum has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -13,7 +13,7 @@
 
 #include <linux/types.h>
 
-#define LIMITER_ABI_VERSION 7
+#define LIMITER_ABI_VERSION 8
 
 /* Modes. 0 in a per-destination policy means "use the global default". */
 #define LIMITER_MODE_DEFAULT 0

@@ -1,6 +1,6 @@
 //! Counting the outbound connections that already existed when the agent attached.
 //!
-//! sock_ops callbacks never fire for sockets that predate the attach, so their slots are
+//! The connect hook never saw the sockets that predate the attach, so their slots are
 //! taken here: each socket is borrowed from its process with pidfd_getfd, given per-socket
 //! state (so `cgroup/sock_release` returns its slot), and counted in its destination.
 //! Holding the borrowed descriptors while writing makes this exact: none of these sockets

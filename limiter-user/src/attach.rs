@@ -56,9 +56,8 @@ pub struct Rings {
 /// Release paths, observers and the getpeername restore: attached before any connect hook,
 /// so that from the moment a connect can take a slot (or be redirected to a peer), the slot
 /// comes back (and the application sees the address it asked for).
-const OBSERVERS: [&str; 6] = [
+const OBSERVERS: [&str; 5] = [
     "limiter_sock_release",
-    "limiter_sockops",
     "limiter_egress",
     "limiter_ingress",
     "limiter_getpeername4",
@@ -380,11 +379,6 @@ fn attach(prog: &mut Program, cgroup: &std::fs::File) -> Result<FdLink> {
     let mode = CgroupAttachMode::Single;
     Ok(match prog {
         Program::CgroupSock(p) => {
-            p.load()?;
-            let id = p.attach(cgroup, mode)?;
-            p.take_link(id)?.try_into()?
-        }
-        Program::SockOps(p) => {
             p.load()?;
             let id = p.attach(cgroup, mode)?;
             p.take_link(id)?.try_into()?

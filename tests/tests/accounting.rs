@@ -112,3 +112,23 @@ fn inbound_connections_are_not_counted_as_outbound() {
     probe.release();
     wait_until("all slots", || field(&cg, dest, "inflight") == 0);
 }
+
+/// A connection the upstream resets is over at once: its slot comes back while the
+/// application still holds the socket. One it closes with a FIN waits in CLOSE_WAIT for
+/// the application's own close, and holds its slot until then.
+#[kernel_test]
+fn a_reset_gives_the_slot_back_before_the_application_closes() {
+    let cg = TestCgroup::new("reset");
+    let closer = Upstream::start("127.0.0.1:0", Behaviour::Close);
+    let _agent = Agent::start(&cg, &["--algorithm", "fixed", "--limit", "100"]);
+    let (probe, lines) = Probe::hold(&cg, closer.addr, 4);
+    assert_eq!(tally(&lines), (4, 0, 0));
+    // The upstream resets every other connection and closes the others with a FIN: the
+    // count can only reach 2 by the resets, and only the probe's close takes it lower.
+    wait_until("the two reset connections' slots", || {
+        field(&cg, closer.addr, "inflight") == 2
+    });
+    probe.release();
+    wait_until("the other two", || field(&cg, closer.addr, "inflight") == 0);
+    assert_eq!(field(&cg, closer.addr, "connect_failed"), 0);
+}

@@ -4,10 +4,10 @@
  *
  *   cgroup/connect4,6     admit; at the limit, redirect to a peer with room or refuse
  *   cgroup/getpeername4,6 a redirected socket reports the address it asked for
- *   sockops               marks our sockets for state callbacks; TCP_CLOSE returns the slot
- *   cgroup/sock_release   backstop: returns the slot when the socket is released first
+ *   cgroup/sock_release   returns the slot when the socket is released
  *   cgroup_skb egress     a payload sent while not awaiting a response starts a request
- *   cgroup_skb ingress    the first payload received after it ends it: a latency sample
+ *   cgroup_skb ingress    the first payload received after it ends it: a latency sample;
+ *                         the SYN-ACK times the handshake; a RST returns the slot at once
  *
  * Every path fails open: a missing map entry, a full table or an allocation failure admits
  * the connect.
@@ -263,66 +263,14 @@ int limiter_getpeername6(struct bpf_sock_addr *ctx)
 	return 1;
 }
 
-SEC("sockops")
-int limiter_sockops(struct bpf_sock_ops *skops)
-{
-	struct bpf_sock *sk;
-	struct sock_state *ss;
-	__u64 now;
-
-	/* The kernel calls every sock_ops program for TIMEOUT_INIT, RWND_INIT, NEEDS_ECN and
-	 * others, whatever flags are set: those, and state changes other than the final one,
-	 * leave before any lookup. */
-	switch (skops->op) {
-	case BPF_SOCK_OPS_TCP_CONNECT_CB:
-	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
-		break;
-	case BPF_SOCK_OPS_STATE_CB:
-		/* args[1] is the new state: closed by either side, RST, refused or timed-out SYN. */
-		if (skops->args[1] == BPF_TCP_CLOSE)
-			break;
-		return 1;
-	default:
-		return 1;
-	}
-	sk = skops->sk;
-	if (!sk)
-		return 1;
-	/* Only sockets admitted by the connect hook have state; everything else is not ours. */
-	ss = bpf_sk_storage_get(&sockets, sk, 0, 0);
-	if (!ss)
-		return 1;
-
-	switch (skops->op) {
-	case BPF_SOCK_OPS_TCP_CONNECT_CB:
-		/* Callback flags can only be set from inside a callback: this is the first one.
-		 * The state callback alone, and only on our sockets: it is what returns the slot. */
-		bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags |
-							 BPF_SOCK_OPS_STATE_CB_FLAG);
-		break;
-	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
-		ss->established = 1;
-		now = bpf_ktime_get_ns();
-		emit_signal_at(ss, LIMITER_SIGNAL_HANDSHAKE, now, now - ss->connect_ns,
-			       ss->request_inflight);
-		break;
-	case BPF_SOCK_OPS_STATE_CB:
-		connect_failed(ss);
-		request_ended(ss, LIMITER_SIGNAL_ERROR);
-		slot_release(ss);
-		break;
-	}
-	/* sock_ops programs must return 1. */
-	return 1;
-}
-
 SEC("cgroup/sock_release")
 int limiter_sock_release(struct bpf_sock *sk)
 {
 	struct sock_state *ss = bpf_sk_storage_get(&sockets, sk, 0, 0);
 
-	/* close() before any TCP_CLOSE: an abandoned connect, a killed process, or the normal
-	 * close of an established socket (its FIN handshake no longer holds the upstream). */
+	/* close() of a socket no RST ended: the normal close of an established socket (its FIN
+	 * handshake no longer holds the upstream), an abandoned or timed-out connect, a killed
+	 * process. */
 	if (ss) {
 		connect_failed(ss);
 		request_ended(ss, LIMITER_SIGNAL_GAVE_UP);
@@ -352,8 +300,9 @@ int limiter_ingress(struct __sk_buff *skb)
 	struct tcp_segment seg;
 	struct sock_state *ss;
 
-	/* Only payload, a FIN or a RST can end a request: pure ACKs leave before any lookup. */
-	if (parse_tcp(skb, &seg) || !(seg.payload || seg.fin || seg.rst))
+	/* Only payload, a FIN or a RST can end a request, and a SYN-ACK the handshake: pure
+	 * ACKs leave before any lookup. */
+	if (parse_tcp(skb, &seg) || !(seg.payload || seg.fin || seg.rst || seg.syn))
 		return 1;
 	ss = packet_sock_state(skb);
 	if (ss)

@@ -14,6 +14,7 @@
 #include <linux/tcp.h>
 
 #include "maps.h"
+#include "accounting.h"
 #include "events.h"
 
 struct tcp_segment {
@@ -21,6 +22,8 @@ struct tcp_segment {
 	__u32 payload; /* bytes of TCP payload (all of a GSO/GRO super-packet) */
 	__u8 rst;
 	__u8 fin;
+	__u8 syn;
+	__u8 ack;
 };
 
 /*
@@ -62,6 +65,8 @@ static __always_inline int parse_tcp(struct __sk_buff *skb, struct tcp_segment *
 	seg->seq = bpf_ntohl(th->seq);
 	seg->rst = th->rst;
 	seg->fin = th->fin;
+	seg->syn = th->syn;
+	seg->ack = th->ack;
 	return 0;
 }
 
@@ -127,29 +132,6 @@ static __always_inline void end_request(struct sock_state *ss, __u32 kind)
 	emit_signal_at(ss, kind, now, request_wait(ss, now), 0);
 }
 
-/* The socket's state and the ring only, no destination-table lookup: the agent receives
- * every sample and needs no count of them in the kernel. */
-static __always_inline void on_ingress(struct sock_state *ss, const struct tcp_segment *seg)
-{
-	if (seg->rst && !ss->established)
-		ss->flags |= LIMITER_SOCK_RST_SEEN;
-	if (ss->phase != LIMITER_PHASE_AWAITING)
-		return;
-	if (seg->payload) {
-		/* One clock read: the sample's timestamp is also where its latency ends. */
-		__u64 now = bpf_ktime_get_ns();
-
-		ss->phase = LIMITER_PHASE_RECEIVING;
-		emit_signal_at(ss, LIMITER_SIGNAL_SAMPLE, now, request_wait(ss, now),
-			       ss->request_inflight);
-	} else if (seg->rst || seg->fin) {
-		/* The peer ended the connection on an outstanding request. A FIN microseconds
-		 * after a client's goodbye is the server answering it by closing: user space
-		 * tells that from a hang-up by the wait. */
-		end_request(ss, seg->rst ? LIMITER_SIGNAL_ERROR : LIMITER_SIGNAL_HUNG_UP);
-	}
-}
-
 /* The connect's outcome, once: refused (a RST came back) or timed out. */
 static __always_inline void connect_failed(struct sock_state *ss)
 {
@@ -171,6 +153,55 @@ static __always_inline void request_ended(struct sock_state *ss, __u32 kind)
 	if (ss->phase != LIMITER_PHASE_AWAITING)
 		return;
 	end_request(ss, kind);
+}
+
+/* The SYN-ACK: the connect is established, timed from the connect hook. The kernel calls
+ * no sock_ops program for this socket (none is attached: it would run seven times per
+ * connection), so the handshake is read off the packet. */
+static __always_inline void handshake_done(struct sock_state *ss)
+{
+	__u64 now = bpf_ktime_get_ns();
+
+	ss->established = 1;
+	emit_signal_at(ss, LIMITER_SIGNAL_HANDSHAKE, now, now - ss->connect_ns,
+		       ss->request_inflight);
+}
+
+/* The socket's state and the ring only, no destination-table lookup: the agent receives
+ * every sample and needs no count of them in the kernel. */
+static __always_inline void on_ingress(struct sock_state *ss, const struct tcp_segment *seg)
+{
+	if (seg->syn) {
+		/* A SYN-ACK retransmitted because our ACK was lost is not timed again. */
+		if (seg->ack && !ss->established)
+			handshake_done(ss);
+		return;
+	}
+	if (seg->rst) {
+		/* Refused, or reset: the connection is over now, not when the application gets
+		 * round to closing the socket, so its slot comes back now. */
+		if (!ss->established)
+			ss->flags |= LIMITER_SOCK_RST_SEEN;
+		connect_failed(ss);
+		request_ended(ss, LIMITER_SIGNAL_ERROR);
+		slot_release(ss);
+		return;
+	}
+	if (ss->phase != LIMITER_PHASE_AWAITING)
+		return;
+	if (seg->payload) {
+		/* One clock read: the sample's timestamp is also where its latency ends. */
+		__u64 now = bpf_ktime_get_ns();
+
+		ss->phase = LIMITER_PHASE_RECEIVING;
+		emit_signal_at(ss, LIMITER_SIGNAL_SAMPLE, now, request_wait(ss, now),
+			       ss->request_inflight);
+	} else if (seg->fin) {
+		/* The peer ended the connection on an outstanding request. A FIN microseconds
+		 * after a client's goodbye is the server answering it by closing: user space
+		 * tells that from a hang-up by the wait. */
+		end_request(ss, LIMITER_SIGNAL_HUNG_UP);
+	}
 }
 
 #endif /* LIMITER_SIGNAL_H */
