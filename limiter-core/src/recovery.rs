@@ -70,15 +70,14 @@ impl Recovery {
             self.erred = true;
             return None;
         }
-        let sped_up = self
-            .slow_limit
-            .take()
-            .is_some_and(|limit| w.limit >= f64::from(limit));
+        // Limits are compared as kept: a limit rounded to f32 and back is not itself.
+        let limit = w.limit as f32;
+        let sped_up = self.slow_limit.take().is_some_and(|slow| limit >= slow);
         let errors_over = std::mem::take(&mut self.erred);
-        if (sped_up || errors_over) && healthy > w.limit {
+        if (sped_up || errors_over) && self.healthy_limit > limit {
             return Some(healthy);
         }
-        self.healthy_limit = w.limit as f32;
+        self.healthy_limit = limit;
         None
     }
 }
