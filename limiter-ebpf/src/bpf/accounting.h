@@ -37,8 +37,9 @@ static __always_inline void slot_release(struct sock_state *ss)
 {
 	struct dest_state *st;
 
-	/* Atomic exchange: whichever of a RST on ingress or sock_release gets here first wins. The
-	 * plain read first spares the locked instruction when there is nothing to return. */
+	/* Atomic exchange: whichever of a RST on ingress or sock_release gets here first
+	 * wins. The plain read first spares the locked instruction when there is nothing to
+	 * return. */
 	if (!ss->holds_slot || !__sync_lock_test_and_set(&ss->holds_slot, 0))
 		return;
 	st = bpf_map_lookup_elem(&dests, &ss->dest);
