@@ -122,7 +122,6 @@ abi_enum! {
     }
 }
 
-pub const SOCK_RST_SEEN: u32 = 1 << 0;
 pub const SOCK_CONNECT_DONE: u32 = 1 << 1;
 pub const SOCK_SEQ_VALID: u32 = 1 << 2;
 pub const SOCK_REDIRECTED: u32 = 1 << 3;

@@ -55,7 +55,6 @@
 #define LIMITER_PHASE_RECEIVING 2 /* response under way: the next payload sent starts a request */
 
 /* sock_state.flags */
-#define LIMITER_SOCK_RST_SEEN (1 << 0)     /* a RST arrived before the handshake completed */
 #define LIMITER_SOCK_CONNECT_DONE (1 << 1) /* the connect outcome has been reported */
 #define LIMITER_SOCK_SEQ_VALID (1 << 2)    /* next_seq holds a sent sequence number */
 #define LIMITER_SOCK_REDIRECTED (1 << 3)   /* connected to dest instead of `requested` */

@@ -271,11 +271,8 @@ int limiter_sock_release(struct bpf_sock *sk)
 	/* close() of a socket no RST ended: the normal close of an established socket (its FIN
 	 * handshake no longer holds the upstream), an abandoned or timed-out connect, a killed
 	 * process. */
-	if (ss) {
-		connect_failed(ss);
-		request_ended(ss, LIMITER_SIGNAL_GAVE_UP);
-		slot_release(ss);
-	}
+	if (ss)
+		connection_over(ss, 0);
 	return 1;
 }
 

@@ -132,16 +132,12 @@ static __always_inline void end_request(struct sock_state *ss, __u32 kind)
 	emit_signal_at(ss, kind, now, request_wait(ss, now), 0);
 }
 
-/* The connect's outcome, once: refused (a RST came back) or timed out. */
-static __always_inline void connect_failed(struct sock_state *ss)
+/* The connect's outcome, once, if it never completed: refused or timed out (`kind`). */
+static __always_inline void connect_failed(struct sock_state *ss, __u32 kind)
 {
-	__u32 kind;
-
 	if (ss->established || (__sync_fetch_and_or(&ss->flags, LIMITER_SOCK_CONNECT_DONE) &
 				LIMITER_SOCK_CONNECT_DONE))
 		return;
-	kind = ss->flags & LIMITER_SOCK_RST_SEEN ? LIMITER_SIGNAL_CONNECT_REFUSED :
-						  LIMITER_SIGNAL_CONNECT_TIMEOUT;
 	emit_signal(ss, kind, 0, 0);
 }
 
@@ -153,6 +149,17 @@ static __always_inline void request_ended(struct sock_state *ss, __u32 kind)
 	if (ss->phase != LIMITER_PHASE_AWAITING)
 		return;
 	end_request(ss, kind);
+}
+
+/* The connection is over, by a RST from the peer or by the socket's release, whichever
+ * comes first: the outcome of a connect that never completed (a RST refused it, otherwise
+ * it timed out or was abandoned) or of an outstanding request (an error, or the client
+ * giving up), then the slot. The second caller finds all three done. */
+static __always_inline void connection_over(struct sock_state *ss, int reset)
+{
+	connect_failed(ss, reset ? LIMITER_SIGNAL_CONNECT_REFUSED : LIMITER_SIGNAL_CONNECT_TIMEOUT);
+	request_ended(ss, reset ? LIMITER_SIGNAL_ERROR : LIMITER_SIGNAL_GAVE_UP);
+	slot_release(ss);
 }
 
 /* The SYN-ACK: the connect is established, timed from the connect hook. The kernel calls
@@ -180,11 +187,7 @@ static __always_inline void on_ingress(struct sock_state *ss, const struct tcp_s
 	if (seg->rst) {
 		/* Refused, or reset: the connection is over now, not when the application gets
 		 * round to closing the socket, so its slot comes back now. */
-		if (!ss->established)
-			ss->flags |= LIMITER_SOCK_RST_SEEN;
-		connect_failed(ss);
-		request_ended(ss, LIMITER_SIGNAL_ERROR);
-		slot_release(ss);
+		connection_over(ss, 1);
 		return;
 	}
 	if (ss->phase != LIMITER_PHASE_AWAITING)
