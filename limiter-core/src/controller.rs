@@ -125,7 +125,12 @@ impl<A: LimitAlgorithm> DestinationController<A> {
 
     /// What a window says of the latency, and a limit it showed the upstream can take: its
     /// capacity at a slower service time, or the last healthy limit once it is fast again.
-    fn latency_view(&mut self, window: &WindowSummary) -> (Option<LatencyView>, Option<f64>) {
+    /// `error_pressure` is the window's.
+    fn latency_view(
+        &mut self,
+        window: &WindowSummary,
+        error_pressure: f64,
+    ) -> (Option<LatencyView>, Option<f64>) {
         let point = self.evidence_point(window);
         let Some(p90) = window.p90_ns.map(|p| p.max(1.0)) else {
             if let Some(point) = point {
@@ -181,7 +186,7 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             p90,
             baseline,
             limit: self.limit,
-            erred: window.error_pressure() >= BACKGROUND_ERRORS,
+            erred: error_pressure >= BACKGROUND_ERRORS,
         }) {
             capacity = Some(healthy);
             self.following = None;
@@ -228,8 +233,8 @@ impl<A: LimitAlgorithm> DestinationController<A> {
 
     fn close(&mut self, window: WindowSummary, now_ns: u64) {
         self.guard.observe(window.peak_inflight);
-        let (latency, capacity) = self.latency_view(&window);
         let error_pressure = window.error_pressure();
+        let (latency, capacity) = self.latency_view(&window, error_pressure);
         if latency.is_none() && error_pressure == 0.0 {
             return;
         }
