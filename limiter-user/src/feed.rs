@@ -29,6 +29,10 @@ use crate::{
 /// Lines a reader may fall behind before it loses the oldest.
 const READER_QUEUE: usize = 4096;
 
+/// The first line to every reader, sent once it is subscribed: a reader that has read it
+/// gets every event published after, so it can say it is following without a race.
+pub const GREETING: &str = "{\"following\":true}";
+
 /// One line of the stream.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
@@ -175,6 +179,11 @@ pub fn serve(path: PathBuf, feed: Feed) -> Result<FeedSocket> {
 }
 
 async fn stream_to(mut stream: UnixStream, mut rx: broadcast::Receiver<Arc<str>>) {
+    let mut line = GREETING.to_owned();
+    line.push('\n');
+    if stream.write_all(line.as_bytes()).await.is_err() {
+        return;
+    }
     loop {
         let line: Arc<str> = match rx.recv().await {
             Ok(line) => line,
@@ -228,5 +237,18 @@ mod tests {
         }
         assert!(matches!(slow.recv().await, Err(RecvError::Lagged(10))));
         assert!(slow.recv().await.is_ok(), "the newest lines are kept");
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_reader_is_greeted_and_then_gets_what_is_published() {
+        use tokio::io::{AsyncBufReadExt, BufReader};
+        let feed = Feed::default();
+        let (agent_end, reader_end) = UnixStream::pair().unwrap();
+        tokio::spawn(stream_to(agent_end, feed.0.subscribe()));
+        let mut lines = BufReader::new(reader_end).lines();
+        assert_eq!(lines.next_line().await.unwrap().unwrap(), GREETING);
+        feed.publish(|| Some(change()));
+        let line = lines.next_line().await.unwrap().unwrap();
+        assert_eq!(serde_json::from_str::<Event>(&line).unwrap(), change());
     }
 }

@@ -22,9 +22,17 @@ pub fn follow(pins: &PinDir, json: bool) -> Result<()> {
             path.display()
         )
     })?;
+    let mut lines = BufReader::new(stream).lines();
+    match lines.next() {
+        Some(Ok(line)) if line == feed::GREETING => {}
+        _ => anyhow::bail!(
+            "{} did not greet this reader as a limiter agent does: is it this version's agent?",
+            path.display()
+        ),
+    }
     eprintln!("limiter-user: following {}", path.display());
     let mut out = std::io::stdout().lock();
-    for line in BufReader::new(stream).lines() {
+    for line in lines {
         let line = line.context("the event stream broke off")?;
         let text = match serde_json::from_str::<Event>(&line) {
             Ok(event) if !json => render(&event),
