@@ -48,16 +48,19 @@ pub fn run(bins: &Binaries, scale: &Scale) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
 
     super::interrupt::check()?;
-    let cgroup = TestCgroup::new("bench-agent-idle");
-    let agent = bins.agent.start(&cgroup, &[])?;
-    rows.push(idle(
-        bins,
-        &agent,
-        &cgroup,
-        "attached, no traffic".into(),
-        0,
-        interval,
-    )?);
+    {
+        // Stopped before the next row: an agent left running would count in its machine.
+        let cgroup = TestCgroup::new("bench-agent-idle");
+        let agent = bins.agent.start(&cgroup, &[])?;
+        rows.push(idle(
+            bins,
+            &agent,
+            &cgroup,
+            "attached, no traffic".into(),
+            0,
+            interval,
+        )?);
+    }
 
     for (destinations, load) in [
         (1, exchange::Load::one_destination(rate)),
