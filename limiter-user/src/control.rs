@@ -329,6 +329,9 @@ impl ControlLoop {
             }
         }
         if self.forgotten != forgotten_before {
+            // A crowd of destinations gone by gives its slots' memory back too.
+            self.managed.shrink_to(2 * self.managed.len());
+            self.slot_of.shrink_to(2 * self.slot_of.len());
             self.list_awake();
         }
     }
