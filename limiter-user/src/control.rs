@@ -16,11 +16,14 @@ use crate::{
     resolved_config::ResolvedConfig,
 };
 
+/// In declaration order: a sample reads `controller` and `awake`, which thus share a cache
+/// line where the compiler's order put them a cache line apart.
+#[repr(C)]
 struct Managed {
-    key: DestKey,
+    controller: Box<dyn Controller + Send>,
     /// On the update tick's list.
     awake: bool,
-    controller: Box<dyn Controller + Send>,
+    key: DestKey,
     config: ControlConfig,
     /// What the kernel has now, so that only changes are written; None to write again.
     published: Option<DestPolicy>,
