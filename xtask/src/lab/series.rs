@@ -1,5 +1,5 @@
 //! Each run's readings as CSV, for a closer look than the report's: what the limiter said
-//! every reading, and what nginx answered every second.
+//! every reading, what nginx answered every second, and every request nginx logged.
 
 use std::{fmt::Write as _, path::Path};
 
@@ -37,6 +37,11 @@ pub fn write(dir: &Path, rig: &[RigRun], pgbench: &[PgRun]) -> Result<()> {
             let _ = writeln!(text, "{second},{ok},{refused},{timed_out}");
         }
         save(format!("nginx-{}-answers.csv", slug(run.limiter)), text)?;
+        let mut text = String::from("ended_s,status,seconds\n");
+        for r in &run.requests {
+            let _ = writeln!(text, "{:.3},{},{:.3}", r.at_s, r.status, r.seconds);
+        }
+        save(format!("nginx-{}-requests.csv", slug(run.limiter)), text)?;
     }
     for run in pgbench {
         save(
