@@ -461,7 +461,16 @@ impl Report<'_> {
              - With no limiter, the incident's {clients} connections meet {workers} workers: nginx \
              gives up after {timeout} s (504) while the requests it abandoned still wait in the \
              upstream's listen queue and are served later, for nobody. Goodput then falls far \
-             below the upstream's capacity; a limit near its workers' count would serve it.",
+             below the upstream's capacity; a limit near its workers' count would serve it.\n\
+             - In-flight above the workers costs the incident's p99 a whole service time: the \
+             upstream sleeps exactly {slow_ms} ms, and its {workers} workers, all started by the \
+             incident's first requests at once, stay in step, answering together and taking the \
+             next {workers} connections from the listen queue together. A connection beyond the \
+             {workers} waits for the next round, so at a limit of {workers} + k, k of every \
+             {workers} + k requests take about twice the service time, and a p99 within 1.3x it \
+             needs the limit at or under the workers throughout. An upstream whose service times \
+             vary falls out of step, and a queue of k waits about k / {workers} of a service time.",
+            slow_ms = upstream::SLOW.as_millis(),
             workers = upstream::WORKERS,
             healthy = upstream::capacity(upstream::HEALTHY),
             slow = upstream::capacity(upstream::SLOW),
