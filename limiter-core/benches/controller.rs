@@ -30,6 +30,22 @@ fn per_sample(crit: &mut Criterion) {
     });
 }
 
+/// A sample each to 1 000 warmed controllers in turn, as the agent sees 10 000 samples/s
+/// over 1 000 destinations: the controller a sample goes to is out of the cache, so this is
+/// what the lines a sample touches cost.
+fn per_sample_spread(crit: &mut Criterion) {
+    let (c, now) = warmed(Algorithm::Vegas);
+    let mut many = vec![c; 1_000];
+    let mut i = 0usize;
+    crit.bench_function("on_sample (1 000 destinations in turn)", |b| {
+        b.iter(|| {
+            // A stride coprime with 1 000 visits them all in an order the prefetcher cannot follow.
+            i = (i + 617) % many.len();
+            many[i].on_sample(now, black_box((80 + i as u64 % 40) * MS), black_box(30));
+        })
+    });
+}
+
 fn per_update(crit: &mut Criterion) {
     let (mut c, now) = warmed(Algorithm::Vegas);
     crit.bench_function("update (window open)", |b| {
@@ -51,5 +67,5 @@ fn per_update(crit: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, per_sample, per_update);
+criterion_group!(benches, per_sample, per_sample_spread, per_update);
 criterion_main!(benches);

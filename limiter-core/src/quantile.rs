@@ -65,15 +65,22 @@ impl SampleRing {
         self.pushed == 0
     }
 
+    /// The last `count` latencies (fewer if the ring holds fewer), oldest first.
+    pub fn last(&self, count: usize) -> impl Iterator<Item = f64> + '_ {
+        let count = count.min(self.len());
+        let end = (self.pushed % RING as u64) as usize + RING;
+        (end - count..end).map(move |i| f64::from(self.values[i % RING]))
+    }
+
     /// The exact `p` quantile of the last `count` latencies (fewer if the ring holds fewer).
     pub fn quantile_of_last(&self, count: usize, p: f64) -> Option<f64> {
-        let count = count.min(self.len());
         let mut scratch = [0.0f64; RING];
-        let end = (self.pushed % RING as u64) as usize + RING;
-        for (i, slot) in scratch[..count].iter_mut().enumerate() {
-            *slot = f64::from(self.values[(end - count + i) % RING]);
+        let mut held = 0;
+        for (slot, latency) in scratch.iter_mut().zip(self.last(count)) {
+            *slot = latency;
+            held += 1;
         }
-        exact_quantile(&mut scratch[..count], p)
+        exact_quantile(&mut scratch[..held], p)
     }
 }
 
@@ -123,6 +130,11 @@ impl LogHistogram {
         let bucket = &mut self.counts[Self::bucket(latency_ns)];
         *bucket = bucket.saturating_add(1);
         self.total = self.total.saturating_add(1);
+    }
+
+    /// Whether it counts no latency.
+    pub fn is_empty(&self) -> bool {
+        self.total == 0
     }
 
     /// Forgets every latency.

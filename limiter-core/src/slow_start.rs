@@ -83,6 +83,11 @@ impl SlowStart {
 
     /// A request admitted with `inflight` in flight was answered after `latency_ns`.
     pub fn on_sample(&mut self, now_ns: u64, latency_ns: u64, inflight: u32) {
+        // Once learned, nothing reads what a sample would record: it costs a controller's
+        // cache lines only.
+        if self.done {
+            return;
+        }
         let started_ns = now_ns.saturating_sub(latency_ns);
         if started_ns >= self.seen_since_ns {
             self.peak_inflight = self.peak_inflight.max(inflight);
@@ -103,7 +108,7 @@ impl SlowStart {
 
     /// A connection was admitted at `inflight`: demand that shows before its answers.
     pub fn on_connect(&mut self, now_ns: u64, inflight: u32) {
-        if now_ns >= self.seen_since_ns {
+        if !self.done && now_ns >= self.seen_since_ns {
             self.peak_inflight = self.peak_inflight.max(inflight);
         }
     }
@@ -137,6 +142,9 @@ impl SlowStart {
         limit: f64,
         median_ns: impl FnOnce() -> f64,
     ) -> Option<f64> {
+        if self.done {
+            return None;
+        }
         let sheds = std::mem::take(&mut self.sheds);
         if limit != self.seen_limit {
             self.seen_limit = limit;
@@ -149,7 +157,7 @@ impl SlowStart {
             && self
                 .peak_latencies
                 .is_some_and(|(lo, hi)| dispersed(lo, hi));
-        if self.done || (sheds == 0 && !nearly_full) {
+        if sheds == 0 && !nearly_full {
             return None;
         }
         if self.grown.is_some() {

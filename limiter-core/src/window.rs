@@ -140,9 +140,20 @@ impl Windows {
 
     /// Adds a latency sample taken with `inflight` requests outstanding at its start.
     pub fn record_sample(&mut self, latency_ns: u64, inflight: u32) {
-        self.recent.push(latency_ns as f64);
-        self.histogram.push(latency_ns);
+        let earlier = self.samples as usize;
         self.samples = self.samples.saturating_add(1);
+        if self.outgrows_the_ring() {
+            // The histogram is filled only for a window the ring cannot hold whole, from the
+            // ring's copy of what it held so far: a sample then touches no histogram bucket
+            // (2 KiB per controller) at the rates most destinations see.
+            if self.histogram.is_empty() {
+                for latency in self.recent.last(earlier) {
+                    self.histogram.push(latency as u64);
+                }
+            }
+            self.histogram.push(latency_ns);
+        }
+        self.recent.push(latency_ns as f64);
         self.min_latency_ns = self.min_latency_ns.min(latency_ns);
         self.max_latency_ns = self.max_latency_ns.max(latency_ns);
         self.inflight_sum = self.inflight_sum.saturating_add(u64::from(inflight));
@@ -218,13 +229,22 @@ impl Windows {
             return (None, 0);
         }
         let p = self.pipeline.quantile;
-        let span = (self.samples as usize).max(self.pipeline.min_samples as usize);
-        if span <= RING {
-            let span = span.min(self.recent.len());
-            (self.recent.quantile_of_last(span, p), span as u32)
-        } else {
+        if self.outgrows_the_ring() {
             (self.histogram.quantile(p), self.samples)
+        } else {
+            let span = self.span().min(self.recent.len());
+            (self.recent.quantile_of_last(span, p), span as u32)
         }
+    }
+
+    /// The latencies the p90 rests on: the window's, or at least the last `min_samples`.
+    fn span(&self) -> usize {
+        (self.samples as usize).max(self.pipeline.min_samples as usize)
+    }
+
+    /// Whether the p90 needs more latencies than the ring holds: the histogram's then.
+    fn outgrows_the_ring(&self) -> bool {
+        self.span() > RING
     }
 
     /// Closes the window if it is due at `now_ns`, and opens the next one.
@@ -258,7 +278,9 @@ impl Windows {
             gave_up_after_ns: (self.timeouts > 0 && self.gave_up_after_ns < u64::MAX)
                 .then_some(self.gave_up_after_ns as f64),
         };
-        self.histogram.reset();
+        if !self.histogram.is_empty() {
+            self.histogram.reset();
+        }
         self.start_ns = now_ns;
         self.samples = 0;
         self.errors = 0;
@@ -390,5 +412,25 @@ mod tests {
         }
         let p90 = w.close_if_due(2 * SEC).unwrap().p90_ns.unwrap();
         assert!((p90 / (900.0 * MS as f64) - 1.0).abs() < 0.03, "{p90}");
+    }
+
+    #[test]
+    fn the_histogram_is_filled_only_once_a_window_outgrows_the_ring_and_then_holds_it_all() {
+        let mut w = windows();
+        let latency = |i: u64| (10 + (i * 37) % 90) * MS + i;
+        for i in 0..RING as u64 {
+            w.record_sample(latency(i), 5);
+        }
+        assert!(w.histogram.is_empty(), "a window the ring holds needs no histogram");
+        let mut whole = LogHistogram::default();
+        for i in 0..3 * RING as u64 {
+            if i >= RING as u64 {
+                w.record_sample(latency(i), 5);
+            }
+            whole.push(latency(i));
+        }
+        let p90 = w.close_if_due(2 * SEC).unwrap().p90_ns;
+        assert_eq!(p90, whole.quantile(0.9));
+        assert!(w.histogram.is_empty(), "closing the window empties it");
     }
 }
