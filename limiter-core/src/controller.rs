@@ -32,23 +32,35 @@ const FIRST_WORD_NS: u64 = 100_000_000;
 
 /// A destination's controller, generic over its algorithm; [`DestinationController::new`]
 /// picks the algorithm from the configuration.
+///
+/// In declaration order (`repr(C)`): what a sample and an update tick that closes no window
+/// read lies in its first [`HOT_BYTES`](DestinationController::HOT_BYTES), from
+/// `fresh_from_ns` through slow start's state to the end of the sample ring in `windows`, so
+/// that a caller holding many controllers can fetch that much of the next ones ahead of their
+/// signals.
 #[derive(Clone, Debug)]
+#[repr(C)]
 pub struct DestinationController<A = AnyAlgorithm> {
+    /// Samples of requests that started before this time measured a queue slow start built.
+    fresh_from_ns: u64,
+    /// Until this time the limit is the upper bound (see [`Controller::update`]).
+    first_word_at: Option<u64>,
+    published: u32,
+    /// The baseline has been published once: the first learning is over, and slow start's
+    /// state is no longer touched.
+    learned: bool,
+    slow_start: SlowStart,
+    windows: Windows,
     algorithm: A,
     limits: Limits,
     min_samples: u32,
     smoothing: f64,
     limit: f64,
-    published: u32,
-    windows: Windows,
     filter: LatencyFilter,
     baseline: Baseline,
     guard: GrowthGuard,
     demand: DemandFloor,
-    slow_start: SlowStart,
     recovery: Recovery,
-    /// The baseline has been published once: the first learning is over.
-    learned: bool,
     /// Windows running whose latency ignored a cut of in-flight.
     flat_windows: u32,
     /// When the limit was last lowered.
@@ -56,13 +68,14 @@ pub struct DestinationController<A = AnyAlgorithm> {
     /// While the baseline follows a saturated upstream, until it recovers: what it serves at
     /// saturation, its service time and the least in-flight that saturated it.
     following: Option<Saturation>,
-    /// Samples of requests that started before this time measured a queue slow start built.
-    fresh_from_ns: u64,
-    /// Until this time the limit is the upper bound (see [`Controller::update`]).
-    first_word_at: Option<u64>,
 }
 
 impl DestinationController<AnyAlgorithm> {
+    /// The bytes from its start that a sample, and an update tick that closes no window,
+    /// read (see the type's documentation).
+    pub const HOT_BYTES: usize =
+        std::mem::offset_of!(DestinationController, windows) + Windows::HOT_BYTES;
+
     /// The controller `cfg` describes, its first window opening at `now_ns`.
     pub fn new(cfg: &ControlConfig, now_ns: u64) -> Self {
         DestinationController::with_algorithm(AnyAlgorithm::from_config(cfg), cfg, now_ns)
@@ -300,11 +313,15 @@ impl<A: LimitAlgorithm> Controller for DestinationController<A> {
         if now_ns.saturating_sub(latency_ns) >= self.fresh_from_ns {
             self.windows.record_sample(latency_ns, inflight);
         }
-        self.slow_start.on_sample(now_ns, latency_ns, inflight);
+        if !self.learned {
+            self.slow_start.on_sample(now_ns, latency_ns, inflight);
+        }
     }
 
     fn on_connect(&mut self, now_ns: u64, inflight: u32) {
-        self.slow_start.on_connect(now_ns, inflight);
+        if !self.learned {
+            self.slow_start.on_connect(now_ns, inflight);
+        }
     }
 
     fn on_outcome(&mut self, now_ns: u64, outcome: Outcome) {
@@ -343,10 +360,14 @@ impl<A: LimitAlgorithm> Controller for DestinationController<A> {
         }
         if let Some(window) = self.windows.close_if_due(now_ns) {
             self.close(window, now_ns);
+            // Only a window's close publishes a baseline.
+            if !self.learned && self.baseline.value().is_some() {
+                self.learned = true;
+                self.slow_start.finish();
+            }
         }
-        if !self.learned && self.baseline.value().is_some() {
-            self.learned = true;
-            self.slow_start.finish();
+        if self.learned {
+            return self.published; // slow start is over
         }
         let windows = &self.windows;
         let median = || windows.median().unwrap_or(0.0);
@@ -446,6 +467,18 @@ mod tests {
             "1.5x, and in flight with it (Little's law)"
         );
         assert!(after_a_rise(3.0, 10) < 20, "3x is a slowdown");
+    }
+
+    /// The agent fetches this much of a controller ahead of each batch of signals: the
+    /// histogram, 2 KiB that only windows too large for the ring touch, stays out of it.
+    #[test]
+    fn what_a_sample_touches_comes_first_and_the_histogram_last() {
+        let hot = DestinationController::HOT_BYTES;
+        assert!(hot <= 10 * 64, "{hot} bytes");
+        assert!(
+            hot > std::mem::offset_of!(DestinationController, windows),
+            "{hot} bytes"
+        );
     }
 
     #[test]

@@ -92,26 +92,34 @@ impl WindowSummary {
 }
 
 /// The open window plus the latencies that outlive it (for thin windows).
+///
+/// In declaration order (`repr(C)`): what every sample and update tick reads, the counters,
+/// the pipeline and the ring, comes first, and the histogram, which only windows too large
+/// for the ring touch, last (see [`crate::DestinationController`]).
 #[derive(Clone, Debug)]
+#[repr(C)]
 pub struct Windows {
-    pipeline: Pipeline,
-    recent: SampleRing,
-    histogram: LogHistogram,
     start_ns: u64,
+    min_latency_ns: u64,
+    max_latency_ns: u64,
+    inflight_sum: u64,
+    latency_sum: u64,
+    gave_up_after_ns: u64,
     samples: u32,
     errors: u32,
     timeouts: u32,
     stale_timeouts: u32,
-    min_latency_ns: u64,
-    max_latency_ns: u64,
-    inflight_sum: u64,
     peak_inflight: u32,
-    latency_sum: u64,
     sheds: u32,
-    gave_up_after_ns: u64,
+    pipeline: Pipeline,
+    recent: SampleRing,
+    histogram: LogHistogram,
 }
 
 impl Windows {
+    /// Bytes from its start that every sample touches: all but the histogram.
+    pub(crate) const HOT_BYTES: usize = std::mem::offset_of!(Windows, histogram);
+
     /// Opens the first window at `now_ns`.
     pub fn new(pipeline: Pipeline, now_ns: u64) -> Self {
         Windows {
@@ -421,7 +429,10 @@ mod tests {
         for i in 0..RING as u64 {
             w.record_sample(latency(i), 5);
         }
-        assert!(w.histogram.is_empty(), "a window the ring holds needs no histogram");
+        assert!(
+            w.histogram.is_empty(),
+            "a window the ring holds needs no histogram"
+        );
         let mut whole = LogHistogram::default();
         for i in 0..3 * RING as u64 {
             if i >= RING as u64 {

@@ -376,9 +376,9 @@ fn spawn_resolution(why: Why, config: Config, to: mpsc::Sender<Resolution>) {
     });
 }
 
-fn consume(control: &mut ControlLoop, ev: SignalEvent) {
-    log_signal(&ev);
-    control.on_signal(ev);
+fn consume(control: &mut ControlLoop, batch: &[SignalEvent]) {
+    batch.iter().for_each(log_signal);
+    control.on_signals(batch);
 }
 
 fn watch_rings(rings: Rings, feed: &Feed) -> Result<(AsyncFd<DecisionLog>, AsyncFd<LatencyRing>)> {

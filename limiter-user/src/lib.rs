@@ -25,6 +25,7 @@ mod logging;
 mod maps;
 mod metrics;
 mod pins;
+mod prefetch;
 mod preflight;
 mod resolve;
 mod resolved_config;
