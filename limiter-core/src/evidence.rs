@@ -164,6 +164,12 @@ impl Saturation {
         self.throughput = self.throughput.max(throughput);
         if throughput >= SATURATING as f32 * self.throughput {
             self.saturating_inflight = self.saturating_inflight.min(inflight);
+        } else if inflight > self.saturating_inflight {
+            // More in flight served well under the saturation: the least in-flight that
+            // saturated it came from a window draining a queue built before, with answers
+            // admitted at more, and bounds nothing. Little's law bounds alone until a window
+            // saturates again.
+            self.saturating_inflight = f32::INFINITY;
         }
     }
 }
@@ -549,6 +555,26 @@ mod tests {
         s.observe(37.0, 44.0, 0.84e9);
         assert_eq!(s.saturating_inflight, 37.0, "44/s: workers were added");
         assert_eq!((s.capacity() * 10.0).round() / 10.0, 37.0);
+    }
+
+    /// The lab's nginx rig: a window that drained the onset's queue served the workers' 39/s
+    /// with 24 in flight; at 28 in flight the upstream then served 34/s, so 24 did not
+    /// saturate it, and a limit held under 1.15x a capacity of 24 would stay at 28 on 32
+    /// workers for the rest of the incident.
+    #[test]
+    fn a_window_under_the_saturation_forgets_the_in_flight_that_saturated() {
+        let mut s = Saturation::new(39.5, 0.81e9, 24.0);
+        assert_eq!(s.capacity(), 24.0);
+        s.observe(28.0, 34.5, 0.81e9);
+        assert_eq!(
+            (s.capacity() * 10.0).round() / 10.0,
+            32.0,
+            "Little's law alone"
+        );
+        s.observe(30.0, 39.4, 0.81e9);
+        assert_eq!(s.capacity(), 30.0, "30 in flight saturate it");
+        s.observe(37.0, 39.5, 0.89e9);
+        assert_eq!(s.capacity(), 30.0, "and more in flight only queue");
     }
 
     #[test]
