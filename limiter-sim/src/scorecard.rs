@@ -134,11 +134,6 @@ pub const EXPECTED_FAILURES: &[ExpectedFailure] = &[
         reason: "its rolling 60 s baseline accepts the slow service time only after a minute; until then it halves, and then overshoots to 3x the workers.",
     },
     ExpectedFailure {
-        scenario: "recovery",
-        algorithm: Algorithm::Gateway,
-        reason: "after the incident its baseline is the slow one, so the limit it rebuilt meets the returning healthy traffic short and sheds 83 connects.",
-    },
-    ExpectedFailure {
         scenario: "mixed-sizes",
         algorithm: Algorithm::Fixed,
         reason: "a static cap of 20 is below the 24 connections the load needs.",
