@@ -127,6 +127,8 @@ pub struct Saturation {
     /// closest to no queue.
     service_mean: f32,
     /// The least in-flight a window served at saturation with: the workers are no more.
+    /// Infinite once a window with more in flight served under the saturation, until one
+    /// saturates it again.
     saturating_inflight: f32,
 }
 
@@ -167,8 +169,7 @@ impl Saturation {
         } else if inflight > self.saturating_inflight {
             // More in flight served well under the saturation: the least in-flight that
             // saturated it came from a window draining a queue built before, with answers
-            // admitted at more, and bounds nothing. Little's law bounds alone until a window
-            // saturates again.
+            // admitted at more, and bounds nothing.
             self.saturating_inflight = f32::INFINITY;
         }
     }
