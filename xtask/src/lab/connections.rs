@@ -46,15 +46,22 @@ pub fn held_by(cgroup: &Path, to: SocketAddrV4) -> Result<usize> {
         }
     }
     let table = procfs::net::tcp().context("cannot read /proc/net/tcp")?;
-    Ok(table
-        .iter()
-        .filter(|e| sockets.contains(&e.inode) && is_held(e, to))
-        .count())
+    let own: Vec<_> = table
+        .into_iter()
+        .filter(|e| sockets.contains(&e.inode))
+        .collect();
+    Ok(count(&own, to))
 }
 
-/// The rows whose remote end is `to` and whose state is held.
+/// The connections whose remote end is `to` and whose state is held, each once: the kernel
+/// writes the table a page at a time, so a row can be read twice while sockets come and go.
 fn count(table: &[TcpNetEntry], to: SocketAddrV4) -> usize {
-    table.iter().filter(|e| is_held(e, to)).count()
+    table
+        .iter()
+        .filter(|e| is_held(e, to))
+        .map(|e| e.local_address)
+        .collect::<HashSet<_>>()
+        .len()
 }
 
 fn is_held(entry: &TcpNetEntry, to: SocketAddrV4) -> bool {
@@ -73,18 +80,19 @@ mod tests {
     fn only_held_connections_to_the_address_and_port_count() {
         let to = SocketAddrV4::new(Ipv4Addr::new(198, 18, 3, 2), 8080);
         let remote = format!("{:08X}:1F90", u32::from_ne_bytes([198, 18, 3, 2]));
-        let row = |state: &str, rem: &str| {
-            format!("   0: 0100007F:A000 {rem} {state} 00000000:00000000 00:00000000 00000000     0        0 1 1 0 10 0")
+        let row = |local: &str, state: &str, rem: &str| {
+            format!("   0: 0100007F:{local} {rem} {state} 00000000:00000000 00:00000000 00000000     0        0 1 1 0 10 0")
         };
         let table = [
             "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode".to_string(),
-            row("01", &remote),
-            row("02", &remote),
-            row("08", &remote),
-            row("06", &remote), // TIME_WAIT: closed
-            row("0A", &remote), // a listener
-            row("01", &remote.replace(":1F90", ":1F91")),
-            row("01", "0100007F:1F90"),
+            row("A000", "01", &remote),
+            row("A000", "01", &remote), // the same connection read twice
+            row("A001", "02", &remote),
+            row("A002", "08", &remote),
+            row("A003", "06", &remote), // TIME_WAIT: closed
+            row("A004", "0A", &remote), // a listener
+            row("A005", "01", &remote.replace(":1F90", ":1F91")),
+            row("A006", "01", "0100007F:1F90"),
         ]
         .join("\n");
         let rows = TcpNetEntries::from_buf_read(table.as_bytes(), procfs::current_system_info())
