@@ -122,7 +122,14 @@ fn a_reset_gives_the_slot_back_before_the_application_closes() {
     let closer = Upstream::start("127.0.0.1:0", Behaviour::Close);
     let _agent = Agent::start(&cg, &["--algorithm", "fixed", "--limit", "100"]);
     let (probe, lines) = Probe::hold(&cg, closer.addr, 4);
-    assert_eq!(tally(&lines), (4, 0, 0));
+    // A reset that arrives before the probe is scheduled again ends its connect with
+    // ECONNRESET (the socket is closed by then); a FIN leaves it connected.
+    let reset = format!("err {}", libc::ECONNRESET);
+    let (connected, refused, _) = tally(&lines);
+    assert!(
+        refused == 0 && connected >= 2 && lines.iter().all(|l| l == "ok" || *l == reset),
+        "{lines:?}"
+    );
     // The upstream resets every other connection and closes the others with a FIN: the
     // count can only reach 2 by the resets, and only the probe's close takes it lower.
     wait_until("the two reset connections' slots", || {
