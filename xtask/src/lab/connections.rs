@@ -46,18 +46,17 @@ pub fn held_by(cgroup: &Path, to: SocketAddrV4) -> Result<usize> {
         }
     }
     let table = procfs::net::tcp().context("cannot read /proc/net/tcp")?;
-    let own: Vec<_> = table
-        .into_iter()
-        .filter(|e| sockets.contains(&e.inode))
-        .collect();
-    Ok(count(&own, to))
+    Ok(count(
+        table.iter().filter(|e| sockets.contains(&e.inode)),
+        to,
+    ))
 }
 
 /// The connections whose remote end is `to` and whose state is held, each once: the kernel
 /// writes the table a page at a time, so a row can be read twice while sockets come and go.
-fn count(table: &[TcpNetEntry], to: SocketAddrV4) -> usize {
+fn count<'a>(table: impl IntoIterator<Item = &'a TcpNetEntry>, to: SocketAddrV4) -> usize {
     table
-        .iter()
+        .into_iter()
         .filter(|e| is_held(e, to))
         .map(|e| e.local_address)
         .collect::<HashSet<_>>()
