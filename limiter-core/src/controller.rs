@@ -210,6 +210,12 @@ impl<A: LimitAlgorithm> DestinationController<A> {
         let measured = point.and_then(|p| p.mean_latency.map(|mean| (p, mean)));
         if let (Some(following), Some((point, mean))) = (self.following.as_mut(), measured) {
             following.observe(point.inflight, point.throughput, mean);
+            // Its peak in-flight: see `Steps::observe`.
+            following.observe_steps(
+                f64::from(window.peak_inflight),
+                window.waited_share,
+                point.bound,
+            );
             // Followed, the queue is read from the window's mean against the service time:
             // a mean over fifty answers varies by a few per cent, a p90 by two or three
             // times that, which at a limit near the workers is Vegas's whole band.
@@ -290,6 +296,9 @@ impl<A: LimitAlgorithm> DestinationController<A> {
         }
         if let Some(s) = &self.following {
             allowed = allowed.min(BDP_GAIN * s.capacity());
+            if let Some(workers) = s.in_step_workers() {
+                allowed = allowed.min(workers);
+            }
         }
         if let Some(capacity) = capacity {
             allowed = allowed.max(capacity);

@@ -8,6 +8,7 @@
 //! noisy throughput or a noisy latency alone cannot trigger a move.
 
 use crate::baseline::ELEVATED;
+use crate::steps::Steps;
 
 /// Windows of evidence kept (Uber's "running window, typically lasting 50 intervals").
 pub const CORRELATION_WINDOWS: usize = 50;
@@ -130,6 +131,8 @@ pub struct Saturation {
     /// Infinite once a window with more in flight served under the saturation, until one
     /// saturates it again.
     saturating_inflight: f32,
+    /// Whether its workers answer in step, and how many they are if so.
+    steps: Steps,
 }
 
 impl Saturation {
@@ -138,6 +141,7 @@ impl Saturation {
             throughput: throughput as f32,
             service_mean: service_mean as f32,
             saturating_inflight: saturating_inflight as f32,
+            steps: Steps::default(),
         }
     }
 
@@ -151,6 +155,17 @@ impl Saturation {
     pub fn capacity(&self) -> f64 {
         (f64::from(self.throughput) * self.service_mean() / 1e9)
             .min(f64::from(self.saturating_inflight))
+    }
+
+    /// The most in flight an upstream whose workers answer in step can take without a
+    /// request waiting a whole round for one, when that is known.
+    pub fn in_step_workers(&self) -> Option<f64> {
+        self.steps.workers()
+    }
+
+    /// Takes in how a window seen while following answered (see [`Steps::observe`]).
+    pub fn observe_steps(&mut self, inflight: f64, waited_share: Option<f64>, bound: bool) {
+        self.steps.observe(inflight, waited_share, bound);
     }
 
     /// Takes in a window seen while following: its in-flight, throughput and mean latency.

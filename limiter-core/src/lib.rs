@@ -19,6 +19,7 @@ mod guard;
 pub mod quantile;
 mod recovery;
 mod slow_start;
+mod steps;
 mod window;
 
 pub use algorithms::{AnyAlgorithm, LatencyView, LimitAlgorithm, Verdict};

@@ -143,6 +143,13 @@ impl LogHistogram {
         self.total = 0;
     }
 
+    /// How many latencies lie in buckets wholly at or above `latency_ns` (the bucket that
+    /// holds it is left out: the count errs low by at most one bucket's width).
+    pub fn count_from(&self, latency_ns: f64) -> u32 {
+        let first = Self::bucket(latency_ns as u64) + 1;
+        self.counts.iter().skip(first).sum()
+    }
+
     /// The `p` quantile, interpolated by rank inside its bucket.
     pub fn quantile(&self, p: f64) -> Option<f64> {
         if self.total == 0 {
@@ -166,6 +173,17 @@ impl LogHistogram {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_count_from_a_latency_leaves_out_its_own_bucket() {
+        let mut h = LogHistogram::default();
+        for latency in [800_000_000, 810_000_000, 1_300_000_000, 1_600_000_000] {
+            h.push(latency);
+        }
+        assert_eq!(h.count_from(1.0e9), 2);
+        assert_eq!(h.count_from(1.3e9), 1, "1.3 s shares the bound's bucket");
+        assert_eq!(h.count_from(2.0e9), 0);
+    }
 
     #[test]
     fn exact_quantile_interpolates_between_ranks() {

@@ -22,6 +22,12 @@ pub fn dispersed(min_ns: u64, max_ns: u64) -> bool {
     (max_ns - min_ns) as f64 > max_ns as f64 * DEGENERATE_SPREAD
 }
 
+/// Answers whose median is within this multiple of the fastest came from an upstream whose
+/// service time does not vary (a fixed sleep, a timer): its workers answer in step...
+const IN_STEP: f64 = 1.1;
+/// ...and an answer this many times the fastest waited for a worker.
+const WAITED: f64 = 1.25;
+
 /// Timeouts weigh double in the error pressure: the client gave up, the strongest signal.
 const TIMEOUT_WEIGHT: u32 = 2;
 
@@ -56,6 +62,10 @@ pub struct WindowSummary {
     /// The shortest wait of the requests whose clients gave up: a latency the window's
     /// slowest requests exceeded, though they never got an answer to measure.
     pub gave_up_after_ns: Option<f64>,
+    /// When the window's answers came in step (their median within [`IN_STEP`] of the
+    /// fastest), the share of them that took [`WAITED`] times the fastest or longer: they
+    /// waited for a worker.
+    pub waited_share: Option<f64>,
 }
 
 impl WindowSummary {
@@ -245,6 +255,30 @@ impl Windows {
         }
     }
 
+    /// See [`WindowSummary::waited_share`]: the window's own answers only, not a thin
+    /// window's reach back.
+    fn waited_share(&self) -> Option<f64> {
+        if self.samples == 0 {
+            return None;
+        }
+        let fastest = self.min_latency_ns as f64;
+        let samples = self.samples as usize;
+        let (median, waited) = if self.outgrows_the_ring() {
+            (
+                self.histogram.quantile(0.5)?,
+                self.histogram.count_from(WAITED * fastest),
+            )
+        } else {
+            let waited = self
+                .recent
+                .last(samples)
+                .filter(|&latency| latency >= WAITED * fastest)
+                .count();
+            (self.recent.quantile_of_last(samples, 0.5)?, waited as u32)
+        };
+        (median <= IN_STEP * fastest).then(|| f64::from(waited) / f64::from(self.samples))
+    }
+
     /// The latencies the p90 rests on: the window's, or at least the last `min_samples`.
     fn span(&self) -> usize {
         (self.samples as usize).max(self.pipeline.min_samples as usize)
@@ -285,6 +319,7 @@ impl Windows {
             sheds: self.sheds,
             gave_up_after_ns: (self.timeouts > 0 && self.gave_up_after_ns < u64::MAX)
                 .then_some(self.gave_up_after_ns as f64),
+            waited_share: self.waited_share(),
         };
         if !self.histogram.is_empty() {
             self.histogram.reset();
@@ -314,6 +349,36 @@ mod tests {
 
     fn windows() -> Windows {
         Windows::new(Pipeline::default(), 0)
+    }
+
+    /// `waited` of every `of` answers took a round longer than the rest; the window's share
+    /// of waited answers, with `rounds` rounds of `of` (the ring's 64 or the histogram).
+    fn in_step(waited: u64, of: u64, rounds: u64, jitter: u64) -> Option<f64> {
+        let mut w = windows();
+        for i in 0..rounds * of {
+            let base = 810 * MS + (i * 7_919_000_003) % (jitter + 1);
+            w.record_sample(
+                if i % of < waited {
+                    base + 700 * MS
+                } else {
+                    base
+                },
+                37,
+            );
+        }
+        w.close_if_due(10 * SEC).expect("due").waited_share
+    }
+
+    #[test]
+    fn answers_in_step_tell_the_share_that_waited_for_a_worker() {
+        assert_eq!(
+            in_step(5, 32, 2, 0),
+            Some(5.0 / 32.0),
+            "64 answers: the ring"
+        );
+        assert_eq!(in_step(5, 32, 3, 0), Some(5.0 / 32.0), "96: the histogram");
+        assert_eq!(in_step(0, 32, 2, MS), Some(0.0), "a millisecond of jitter");
+        assert_eq!(in_step(5, 32, 2, 400 * MS), None, "service times that vary");
     }
 
     #[test]

@@ -15,7 +15,7 @@ mod low_traffic;
 mod mixed_sizes;
 mod production;
 mod recovery;
-mod rig;
+pub mod rig;
 mod slow_query;
 mod streaming;
 

@@ -63,7 +63,7 @@ pub fn incident_upstream() -> UpstreamSpec {
 }
 
 /// The incident with each client timeout.
-pub fn incident_runs() -> Vec<super::Run> {
+pub(super) fn incident_runs() -> Vec<super::Run> {
     vec![
         super::Run::limited(
             "2 s timeout",

@@ -1,0 +1,198 @@
+//! Workers that answer in step: an upstream whose service time does not vary (a fixed sleep,
+//! a timer), whose workers a slowdown started together. Each round of W answers then holds
+//! the requests that waited through the round before, so a request queued over the workers
+//! waits up to a whole service time, where with service times that vary a queue of k waits
+//! about k / W of one. Such an upstream is held at its workers, counted from the waits.
+//!
+//! With L in flight, L - W of each round's W answers waited: W = L / (1 + share waited).
+//! The count rests on a share of answers, not on how many rounds a window held, which
+//! throughput does (windows of two service times hold two or three rounds).
+
+/// Bound windows running with no answer waiting before one more request in flight is tried
+/// (workers may have been added).
+const CALM_WINDOWS: u32 = 5;
+/// A share of slow answers, at or under a count of workers taken from waits, from which on
+/// they may be the upstream's own variety (a cache's misses among its hits) and not waits; a
+/// smaller share is a request or two the count was short by.
+const VARIETY: f64 = 0.05;
+
+/// What the answers of a followed upstream tell of its workers.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub enum Steps {
+    /// The newest window's answers did not come in step, or none has yet.
+    #[default]
+    Unknown,
+    /// The workers as counted.
+    InStep(Count),
+    /// Slow answers stayed when in-flight went under the workers counted, twice running:
+    /// they are the upstream's variety, and the margin over its capacity keeps it busy
+    /// until the follow ends.
+    Vary,
+}
+
+/// A count of workers and how it came about.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Count {
+    workers: f32,
+    /// Bound windows running in which no answer waited.
+    calm_windows: u32,
+    /// The count was raised by one to try, not counted from waits: waits at it are the
+    /// workers' bound, not variety.
+    probed: bool,
+    /// The newest window had slow answers at or under the count.
+    struck: bool,
+}
+
+impl Count {
+    fn new(workers: f32, struck: bool) -> Self {
+        Count {
+            workers,
+            calm_windows: 0,
+            probed: false,
+            struck,
+        }
+    }
+}
+
+/// The workers `inflight` in step hold when `share` of the answers waited for one. A window
+/// ends inside a round, so the waits counted are short by a few: the count is rounded down
+/// from a quarter over a whole number.
+fn counted(inflight: f64, share: f64) -> f32 {
+    (inflight / (1.0 + share) + 0.25).floor() as f32
+}
+
+impl Steps {
+    /// The workers, when the answers came in step.
+    pub fn workers(&self) -> Option<f64> {
+        match self {
+            Steps::InStep(count) => Some(f64::from(count.workers)),
+            Steps::Unknown | Steps::Vary => None,
+        }
+    }
+
+    /// Takes in a window seen while following: the highest in-flight its requests started
+    /// at (not the mean: in step, the requests that start right after a round ends see the
+    /// in-flight it just freed), the share of its answers that waited when they came in step
+    /// (see `WindowSummary::waited_share`), and whether the limit bound it.
+    ///
+    /// A window across a change of the limit mixes answers from two levels, and reads more
+    /// workers than there are; so a count only ever falls, except by a try.
+    pub fn observe(&mut self, inflight: f64, waited_share: Option<f64>, bound: bool) {
+        *self = match (*self, waited_share) {
+            (Steps::Vary, _) => Steps::Vary,
+            (_, None) => Steps::Unknown,
+            (Steps::Unknown, Some(share)) if share > 0.0 => {
+                Steps::InStep(Count::new(counted(inflight, share), false))
+            }
+            (Steps::Unknown, Some(_)) => Steps::Unknown,
+            (Steps::InStep(count), Some(share)) if share > 0.0 => {
+                let under = !count.probed && inflight <= f64::from(count.workers);
+                if !under {
+                    let workers = counted(inflight, share);
+                    let workers = if count.probed {
+                        workers
+                    } else {
+                        workers.min(count.workers)
+                    };
+                    Steps::InStep(Count::new(workers, false))
+                } else if share < VARIETY {
+                    Steps::InStep(count)
+                } else if count.struck {
+                    Steps::Vary
+                } else {
+                    let workers = counted(inflight, share).min(count.workers);
+                    Steps::InStep(Count::new(workers, true))
+                }
+            }
+            (Steps::InStep(count), Some(_)) if bound => {
+                let calm_windows = count.calm_windows + 1;
+                Steps::InStep(if calm_windows >= CALM_WINDOWS {
+                    Count {
+                        workers: count.workers + 1.0,
+                        calm_windows: 0,
+                        probed: true,
+                        struck: false,
+                    }
+                } else {
+                    Count {
+                        calm_windows,
+                        struck: false,
+                        ..count
+                    }
+                })
+            }
+            (steps, Some(_)) => steps,
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The lab's upstream sleeps exactly its service time: at 37 in flight on 32 workers,
+    /// 5 of each round's 32 answers had waited through the round before.
+    #[test]
+    fn workers_are_counted_from_the_answers_that_waited_and_tried_one_more_when_calm() {
+        let mut s = Steps::default();
+        s.observe(37.0, Some(5.0 / 32.0), true);
+        assert_eq!(s.workers(), Some(32.0));
+        for calm in 1..CALM_WINDOWS {
+            s.observe(32.0, Some(0.0), true);
+            assert_eq!(s.workers(), Some(32.0), "calm window {calm}");
+        }
+        s.observe(32.0, Some(0.0), true);
+        assert_eq!(s.workers(), Some(33.0), "one more tried");
+        s.observe(33.0, Some(1.0 / 32.0), true);
+        assert_eq!(s.workers(), Some(32.0), "and waited for");
+        s.observe(20.0, Some(0.0), false);
+        assert_eq!(
+            s.workers(),
+            Some(32.0),
+            "the clients' own in-flight says nothing"
+        );
+        s.observe(32.0, None, true);
+        assert_eq!(s.workers(), None, "answers not in step: the margin's");
+        s.observe(37.0, Some(5.0 / 32.0), true);
+        assert_eq!(s.workers(), Some(32.0));
+    }
+
+    /// After a cut from 37 to 33, a window holds answers from both levels: fewer waits than
+    /// at 37, with 37 its highest in-flight.
+    #[test]
+    fn a_window_across_a_cut_does_not_raise_the_count() {
+        let mut s = Steps::default();
+        s.observe(37.0, Some(0.16), true);
+        assert_eq!(s.workers(), Some(32.0));
+        s.observe(37.0, Some(0.09), true);
+        assert_eq!(s.workers(), Some(32.0), "37 / 1.09 reads 34");
+    }
+
+    /// A count read high (34 of 32) meets waits at it: it is lowered once before the slow
+    /// answers are taken for variety.
+    #[test]
+    fn waits_under_a_count_lower_it_once() {
+        let mut s = Steps::InStep(Count::new(34.0, false));
+        s.observe(34.0, Some(2.0 / 32.0), true);
+        assert_eq!(s.workers(), Some(32.0));
+        s.observe(32.0, Some(0.0), true);
+        assert_eq!(s.workers(), Some(32.0));
+        s.observe(32.0, Some(0.01), true);
+        assert_eq!(s.workers(), Some(32.0), "a request the count was short by");
+    }
+
+    /// Nine of ten answers are cache hits of exactly 10 ms and one a miss of 100 ms: the
+    /// misses are not waits, and fewer in flight does not make them fewer.
+    #[test]
+    fn slow_answers_that_stay_under_the_count_are_the_upstreams_variety() {
+        let mut s = Steps::default();
+        s.observe(40.0, Some(0.1), true);
+        assert_eq!(s.workers(), Some(36.0));
+        s.observe(36.0, Some(0.1), true);
+        assert_eq!(s.workers(), Some(32.0));
+        s.observe(32.0, Some(0.1), true);
+        assert_eq!(s.workers(), None, "not 29, then 26...");
+        s.observe(40.0, Some(0.1), true);
+        assert_eq!(s.workers(), None, "until the follow ends");
+    }
+}
