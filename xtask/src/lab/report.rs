@@ -466,10 +466,12 @@ impl Report<'_> {
              upstream sleeps exactly {slow_ms} ms, and its {workers} workers, all started by the \
              incident's first requests at once, stay in step, answering together and taking the \
              next {workers} connections from the listen queue together. A connection beyond the \
-             {workers} waits for the next round, so at a limit of {workers} + k, k of every \
-             {workers} + k requests take about twice the service time, and a p99 within 1.3x it \
-             needs the limit at or under the workers throughout. An upstream whose service times \
-             vary falls out of step, and a queue of k waits about k / {workers} of a service time.",
+             {workers} waits for the next round, so at a limit of {workers} + k, k of each \
+             round's {workers} answers take up to twice the service time, and a p99 within 1.3x \
+             it needs the limit at or under the workers. The limiter counts the workers from \
+             those waits and holds the limit there once it follows the slowdown (docs/control.md, \
+             workers that answer in step). An upstream whose service times vary falls out of \
+             step, and a queue of k waits about k / {workers} of a service time.",
             slow_ms = upstream::SLOW.as_millis(),
             workers = upstream::WORKERS,
             healthy = upstream::capacity(upstream::HEALTHY),
