@@ -22,6 +22,12 @@ const FLAT_WINDOWS: u32 = 2;
 const SLACK: f64 = 2.0;
 /// A newest p90 under this multiple of the baseline is a mild rise; a slowdown is more.
 const MILD: f64 = 2.0;
+/// Two windows running whose p90s are both this multiple of the baseline or more, with no
+/// timeout in either, are read as the smoothed latency at once: the filter's median of five
+/// windows shows a step only at the third slow one. A doubling (baseline-shift) stays under
+/// it, and a client's timeouts leave it to the median: the requests queued at a step time
+/// out for windows, and cutting on them cut further before the follow.
+const ONSET: f64 = 3.0;
 /// While following a saturated upstream the limit stays under this multiple of what it
 /// serves times its service time (BBR's congestion window over its bandwidth-delay
 /// product): enough queue to keep its workers busy, and no more.
@@ -68,6 +74,8 @@ pub struct DestinationController<A = AnyAlgorithm> {
     /// While the baseline follows a saturated upstream, until it recovers: what it serves at
     /// saturation, its service time and the least in-flight that saturated it.
     following: Option<Saturation>,
+    /// The p90 of the last window, if no request of it timed out.
+    unclipped_p90: Option<f64>,
 }
 
 impl DestinationController<AnyAlgorithm> {
@@ -104,6 +112,7 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             flat_windows: 0,
             cut_at_ns: 0,
             following: None,
+            unclipped_p90: None,
             fresh_from_ns: 0,
             first_word_at: Some(now_ns + FIRST_WORD_NS),
         }
@@ -152,6 +161,9 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             return (None, None);
         };
         let smoothed = self.filter.push(p90);
+        let unclipped = window.timeouts == 0;
+        let before = std::mem::replace(&mut self.unclipped_p90, unclipped.then_some(p90));
+        let onset = before.filter(|_| unclipped).map(|before| before.min(p90));
         // A p90 over fewer latencies than a full window, or a filter short of five windows,
         // is too noisy to be a minimum.
         let warming_up = self.filter.is_warming_up() || window.p90_weight < self.min_samples;
@@ -227,8 +239,11 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             };
             return (Some(view), capacity);
         }
+        // Two windows running far over the baseline, neither with a timeout, are a slowdown
+        // the median of five shows only a window or two later.
+        let onset = onset.filter(|&both| both >= ONSET * baseline);
         let view = LatencyView {
-            smoothed,
+            smoothed: onset.map_or(smoothed, |both| smoothed.max(both)),
             latest: p90,
             baseline,
             self_queueing,
@@ -465,6 +480,42 @@ mod tests {
             limit = c.update(now);
         }
         limit
+    }
+
+    /// Seconds from a twentyfold step of the latency to the first cut, with a timeout every
+    /// second after the step or none.
+    fn first_cut_after_a_step(timeouts: bool) -> f64 {
+        let cfg = ControlConfig::new(Algorithm::Vegas);
+        let mut c = DestinationController::new(&cfg, 0);
+        let step = 6_000;
+        for i in 0..12_000 {
+            let now = i * 10 * MS;
+            let factor = if i < step { 1 } else { 20 };
+            c.on_sample(now, (50 + i % 7) * MS * factor, 10);
+            if i >= step && i % 100 == 0 && timeouts {
+                c.on_outcome(
+                    now,
+                    Outcome::GaveUp {
+                        waited_ns: 5_000 * MS,
+                    },
+                );
+            }
+            let l = c.update(now);
+            if l < 20 {
+                return (i - step) as f64 / 100.0;
+            }
+        }
+        f64::INFINITY
+    }
+
+    #[test]
+    fn two_windows_far_over_the_baseline_cut_before_the_median_shows_them() {
+        let (clean, timing_out) = (first_cut_after_a_step(false), first_cut_after_a_step(true));
+        assert!(clean < 5.0, "cut {clean} s after the step");
+        assert!(
+            timing_out > clean,
+            "with timeouts the median's: {timing_out} s, against {clean} s"
+        );
     }
 
     #[test]

@@ -178,7 +178,11 @@ mod tests {
         s.observe(32.0, Some(0.01), true);
         assert_eq!(s.workers(), Some(31.0), "a request the count was short by");
         s.observe(31.0, Some(0.0), true);
-        assert_eq!(s.workers(), Some(31.0), "and tried again after calm windows");
+        assert_eq!(
+            s.workers(),
+            Some(31.0),
+            "and tried again after calm windows"
+        );
     }
 
     /// Nine of ten answers are cache hits of exactly 10 ms and one a miss of 100 ms: the
