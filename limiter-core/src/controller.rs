@@ -76,6 +76,9 @@ pub struct DestinationController<A = AnyAlgorithm> {
     following: Option<Saturation>,
     /// The p90 of the last window, if no request of it timed out.
     unclipped_p90: Option<f64>,
+    /// The step two windows showed, when the algorithm read it over the filter's smoothed
+    /// p90 at the last close: what moved the limit is what status and events report.
+    onset_p90: Option<f64>,
 }
 
 impl DestinationController<AnyAlgorithm> {
@@ -113,6 +116,7 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             cut_at_ns: 0,
             following: None,
             unclipped_p90: None,
+            onset_p90: None,
             fresh_from_ns: 0,
             first_word_at: Some(now_ns + FIRST_WORD_NS),
         }
@@ -154,6 +158,7 @@ impl<A: LimitAlgorithm> DestinationController<A> {
         error_pressure: f64,
     ) -> (Option<LatencyView>, Option<f64>) {
         let point = self.evidence_point(window);
+        self.onset_p90 = None;
         let Some(p90) = window.p90_ns.map(|p| p.max(1.0)) else {
             if let Some(point) = point {
                 self.baseline.testify(point);
@@ -242,6 +247,7 @@ impl<A: LimitAlgorithm> DestinationController<A> {
         // Two windows running far over the baseline, neither with a timeout, are a slowdown
         // the median of five shows only a window or two later.
         let onset = onset.filter(|&both| both >= ONSET * baseline);
+        self.onset_p90 = onset.filter(|&both| both > smoothed);
         let view = LatencyView {
             smoothed: onset.map_or(smoothed, |both| smoothed.max(both)),
             latest: p90,
@@ -419,7 +425,8 @@ impl<A: LimitAlgorithm> Controller for DestinationController<A> {
     }
 
     fn p90_ns(&self) -> Option<u64> {
-        self.filter.smoothed().map(|s| s as u64)
+        let smoothed = self.filter.smoothed()?;
+        Some(self.onset_p90.map_or(smoothed, |onset| smoothed.max(onset)) as u64)
     }
 
     /// An empty window closes without a verdict: it only ages the guard's peaks, which
@@ -483,8 +490,8 @@ mod tests {
     }
 
     /// Seconds from a twentyfold step of the latency to the first cut, with a timeout every
-    /// second after the step or none.
-    fn first_cut_after_a_step(timeouts: bool) -> f64 {
+    /// second after the step or none, and the p90 reported with the cut.
+    fn first_cut_after_a_step(timeouts: bool) -> (f64, u64) {
         let cfg = ControlConfig::new(Algorithm::Vegas);
         let mut c = DestinationController::new(&cfg, 0);
         let step = 6_000;
@@ -502,19 +509,26 @@ mod tests {
             }
             let l = c.update(now);
             if l < 20 {
-                return (i - step) as f64 / 100.0;
+                return ((i - step) as f64 / 100.0, c.p90_ns().unwrap_or(0));
             }
         }
-        f64::INFINITY
+        (f64::INFINITY, 0)
     }
 
     #[test]
     fn two_windows_far_over_the_baseline_cut_before_the_median_shows_them() {
         let (clean, timing_out) = (first_cut_after_a_step(false), first_cut_after_a_step(true));
-        assert!(clean < 5.0, "cut {clean} s after the step");
         assert!(
-            timing_out > clean,
-            "with timeouts the median's: {timing_out} s, against {clean} s"
+            clean.1 > 20 * 50 * MS,
+            "the p90 that cut it: {} ms",
+            clean.1 / MS
+        );
+        assert!(clean.0 < 5.0, "cut {} s after the step", clean.0);
+        assert!(
+            timing_out.0 > clean.0,
+            "with timeouts the median's: {} s, against {} s",
+            timing_out.0,
+            clean.0
         );
     }
 
