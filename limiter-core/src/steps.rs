@@ -10,7 +10,7 @@
 
 /// Bound windows running with no answer waiting before one more request in flight is tried
 /// (workers may have been added).
-const CALM_WINDOWS: u32 = 5;
+const CALM_WINDOWS: u8 = 5;
 
 /// What the answers of a followed upstream tell of its workers.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -32,7 +32,7 @@ pub enum Steps {
 pub struct Count {
     workers: f32,
     /// Bound windows running in which no answer waited.
-    calm_windows: u32,
+    calm_windows: u8,
     /// The count was raised by one to try, not counted from waits: waits at it are the
     /// workers' bound, not variety.
     probed: bool,
