@@ -46,6 +46,11 @@ impl Baseline {
         self.evidence.saturation(baseline, newest)
     }
 
+    /// Whether trims of in-flight over the newest windows left the mean latency where it was.
+    pub fn mean_ignored_a_trim(&self) -> bool {
+        self.evidence.mean_ignored_a_trim()
+    }
+
     /// Whether lowering in-flight in the newest windows left the latency where it was.
     pub fn latency_ignored_a_cut(&self) -> bool {
         self.evidence.latency_ignored_a_cut()

@@ -229,6 +229,9 @@ impl<A: LimitAlgorithm> DestinationController<A> {
         let measured = point.and_then(|p| p.mean_latency.map(|mean| (p, mean)));
         if let (Some(following), Some((point, mean))) = (self.following.as_mut(), measured) {
             following.observe(point.inflight, point.throughput, mean);
+            if self.baseline.mean_ignored_a_trim() {
+                following.serves_in(mean);
+            }
             // Its peak in-flight: see `Steps::observe`.
             following.observe_steps(
                 f64::from(window.peak_inflight),

@@ -163,6 +163,11 @@ impl Saturation {
         self.steps.workers()
     }
 
+    /// Takes `mean` as the service time: a window that queued nothing measured it.
+    pub fn serves_in(&mut self, mean: f64) {
+        self.service_mean = self.service_mean.max(mean as f32);
+    }
+
     /// Takes in how a window seen while following answered (see [`Steps::observe`]).
     pub fn observe_steps(&mut self, inflight: f64, waited_share: Option<f64>, bound: bool) {
         self.steps.observe(inflight, waited_share, bound);
@@ -209,6 +214,12 @@ const FLAT_CUT: f64 = 0.75;
 const FLAT_LATENCY: f64 = 0.85;
 /// ...or the throughput at most at this share.
 const STARVED: f64 = 0.8;
+
+/// Windows back in which a lowering of in-flight by [`TRIM_CUT`]...
+const TRIM_WINDOWS: usize = 20;
+const TRIM_CUT: f64 = 0.85;
+/// ...that left the mean latency at least at this share of what it was shows no queue.
+const TRIM_LATENCY: f64 = 0.97;
 
 /// The last [`CORRELATION_WINDOWS`] windows, oldest overwritten first.
 #[derive(Clone, Debug)]
@@ -366,6 +377,24 @@ impl Evidence {
         self.after_a_cut(|before, newest| before.throughput >= newest.throughput + fell)
     }
 
+    /// Whether the newest window's mean latency is no lower than it was in a bound window of
+    /// the [`TRIM_WINDOWS`] before it that had 1 / [`TRIM_CUT`] of its in-flight or more: the
+    /// limit came down by trims too small to tell apart one by one, and the latency stayed.
+    pub fn mean_ignored_a_trim(&self) -> bool {
+        let mut newest_first = self.newest_first();
+        let Some(newest) = newest_first.next().filter(|p| p.mean_latency.is_finite()) else {
+            return false;
+        };
+        let cut = (1.0 / TRIM_CUT).ln() as f32;
+        let kept = TRIM_LATENCY.ln() as f32;
+        newest_first.take(TRIM_WINDOWS).any(|before| {
+            before.bound
+                && before.mean_latency.is_finite()
+                && before.inflight >= newest.inflight + cut
+                && newest.mean_latency >= before.mean_latency + kept
+        })
+    }
+
     /// Whether one of the [`FLAT_WINDOWS`] windows before the newest was bound with at least
     /// 1 / [`FLAT_CUT`] of its in-flight, and `shows` holds of the two.
     fn after_a_cut(&self, shows: impl Fn(&LogPoint, &LogPoint) -> bool) -> bool {
@@ -468,6 +497,22 @@ mod tests {
         let mut saturated = Evidence::default();
         upstream(&mut saturated, &[120.0, 60.0], 1e9, 30.0);
         assert!(!saturated.throughput_followed_a_cut(), "still at capacity");
+    }
+
+    /// The limit trimmed by one or two a window, from 90 to 70: under the workers the mean
+    /// latency stays where it was, over them it falls with in-flight.
+    #[test]
+    fn trims_that_left_the_mean_latency_show_no_queue() {
+        let trims: Vec<f64> = (0..11).map(|i| 90.0 - 2.0 * f64::from(i)).collect();
+        let mut below = Evidence::default();
+        upstream(&mut below, &trims, 1e9, 100.0);
+        assert!(below.mean_ignored_a_trim(), "under the workers");
+        let mut over = Evidence::default();
+        upstream(&mut over, &trims, 1e9, 40.0);
+        assert!(!over.mean_ignored_a_trim(), "a queue of ours drains");
+        let mut short = Evidence::default();
+        upstream(&mut short, &trims[..4], 1e9, 100.0);
+        assert!(!short.mean_ignored_a_trim(), "trimmed by under 15 %");
     }
 
     #[test]
