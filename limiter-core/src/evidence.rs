@@ -367,43 +367,46 @@ impl Evidence {
     /// is the upstream's own.
     pub fn latency_ignored_a_cut(&self) -> bool {
         let kept = FLAT_LATENCY.ln() as f32;
-        self.after_a_cut(|before, newest| newest.latency >= before.latency + kept)
+        self.after_a_cut(FLAT_WINDOWS, FLAT_CUT, |before, newest| {
+            newest.latency >= before.latency + kept
+        })
     }
 
     /// Whether the limit lowered in-flight in the newest windows and throughput fell with it:
     /// below saturation, so no queue of ours is left in the latency.
     pub fn throughput_followed_a_cut(&self) -> bool {
         let fell = (1.0 / STARVED).ln() as f32;
-        self.after_a_cut(|before, newest| before.throughput >= newest.throughput + fell)
+        self.after_a_cut(FLAT_WINDOWS, FLAT_CUT, |before, newest| {
+            before.throughput >= newest.throughput + fell
+        })
     }
 
     /// Whether the newest window's mean latency is no lower than it was in a bound window of
     /// the [`TRIM_WINDOWS`] before it that had 1 / [`TRIM_CUT`] of its in-flight or more: the
     /// limit came down by trims too small to tell apart one by one, and the latency stayed.
     pub fn mean_ignored_a_trim(&self) -> bool {
-        let mut newest_first = self.newest_first();
-        let Some(newest) = newest_first.next().filter(|p| p.mean_latency.is_finite()) else {
-            return false;
-        };
-        let cut = (1.0 / TRIM_CUT).ln() as f32;
         let kept = TRIM_LATENCY.ln() as f32;
-        newest_first.take(TRIM_WINDOWS).any(|before| {
-            before.bound
-                && before.mean_latency.is_finite()
-                && before.inflight >= newest.inflight + cut
+        self.after_a_cut(TRIM_WINDOWS, TRIM_CUT, |before, newest| {
+            before.mean_latency.is_finite()
+                && newest.mean_latency.is_finite()
                 && newest.mean_latency >= before.mean_latency + kept
         })
     }
 
-    /// Whether one of the [`FLAT_WINDOWS`] windows before the newest was bound with at least
-    /// 1 / [`FLAT_CUT`] of its in-flight, and `shows` holds of the two.
-    fn after_a_cut(&self, shows: impl Fn(&LogPoint, &LogPoint) -> bool) -> bool {
+    /// Whether one of the `windows` windows before the newest was bound with at least
+    /// 1 / `cut` of its in-flight, and `shows` holds of the two.
+    fn after_a_cut(
+        &self,
+        windows: usize,
+        cut: f64,
+        shows: impl Fn(&LogPoint, &LogPoint) -> bool,
+    ) -> bool {
         let mut newest_first = self.newest_first();
         let Some(newest) = newest_first.next() else {
             return false;
         };
-        let cut = (1.0 / FLAT_CUT).ln() as f32;
-        newest_first.take(FLAT_WINDOWS).any(|before| {
+        let cut = (1.0 / cut).ln() as f32;
+        newest_first.take(windows).any(|before| {
             before.bound && before.inflight >= newest.inflight + cut && shows(&before, &newest)
         })
     }
