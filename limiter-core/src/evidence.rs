@@ -163,7 +163,8 @@ impl Saturation {
         self.steps.workers()
     }
 
-    /// Takes `mean` as the service time: a window that queued nothing measured it.
+    /// Raises the service time to `mean`, if higher: a window that queued nothing measured
+    /// it.
     pub fn serves_in(&mut self, mean: f64) {
         self.service_mean = self.service_mean.max(mean as f32);
     }
