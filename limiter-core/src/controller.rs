@@ -22,11 +22,12 @@ const FLAT_WINDOWS: u32 = 2;
 const SLACK: f64 = 2.0;
 /// A newest p90 under this multiple of the baseline is a mild rise; a slowdown is more.
 const MILD: f64 = 2.0;
-/// Two windows running whose p90s are both this multiple of the baseline or more, with no
-/// timeout in either, are read as the smoothed latency at once: the filter's median of five
-/// windows shows a step only at the third slow one. A doubling (baseline-shift) stays under
-/// it, and a client's timeouts leave it to the median: the requests queued at a step time
-/// out for windows, and cutting on them cut further before the follow.
+/// Two windows running whose p90s are both this multiple of the baseline or more are read as
+/// the smoothed latency at once, when the newer one had no timeout of a request sent since
+/// the last cut: the filter's median of five windows shows a step only at the third slow
+/// one. A doubling (baseline-shift) stays under it. Fresh timeouts leave it to the median:
+/// the requests queued at a step time out for windows, and the error pressure of each
+/// already cuts for them.
 const ONSET: f64 = 3.0;
 /// While following a saturated upstream the limit stays under this multiple of what it
 /// serves times its service time (BBR's congestion window over its bandwidth-delay
@@ -74,9 +75,10 @@ pub struct DestinationController<A = AnyAlgorithm> {
     /// While the baseline follows a saturated upstream, until it recovers: what it serves at
     /// saturation, its service time and the least in-flight that saturated it.
     following: Option<Saturation>,
-    /// The p90 of the last window if no request of it timed out, else 0 (no p90 is under a
-    /// nanosecond). `f32`, as in `Saturation`: a controller stays under 4 KiB.
-    unclipped_p90: f32,
+    /// The p90 of the last window's answers (no p90 is under a nanosecond, so 0 is none).
+    /// With timeouts it is a lower bound of the window's, the slowest being the ones missing.
+    /// `f32`, as in `Saturation`: a controller stays under 4 KiB.
+    last_p90: f32,
     /// The step two windows showed, when the algorithm read it over the filter's smoothed
     /// p90 at the last close, else 0: what moved the limit is what status and events report.
     onset_p90: f32,
@@ -116,7 +118,7 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             flat_windows: 0,
             cut_at_ns: 0,
             following: None,
-            unclipped_p90: 0.0,
+            last_p90: 0.0,
             onset_p90: 0.0,
             fresh_from_ns: 0,
             first_word_at: Some(now_ns + FIRST_WORD_NS),
@@ -167,10 +169,10 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             return (None, None);
         };
         let smoothed = self.filter.push(p90);
-        let unclipped = window.timeouts == 0;
-        let kept = if unclipped { p90 as f32 } else { 0.0 };
-        let before = std::mem::replace(&mut self.unclipped_p90, kept);
-        let onset = (unclipped && before > 0.0).then(|| f64::from(before).min(p90));
+        // Timeouts of requests sent before the last cut were the queue that cut answered for.
+        let no_fresh_timeout = window.timeouts == window.stale_timeouts;
+        let before = std::mem::replace(&mut self.last_p90, p90 as f32);
+        let onset = (no_fresh_timeout && before > 0.0).then(|| f64::from(before).min(p90));
         // A p90 over fewer latencies than a full window, or a filter short of five windows,
         // is too noisy to be a minimum.
         let warming_up = self.filter.is_warming_up() || window.p90_weight < self.min_samples;
@@ -249,8 +251,8 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             };
             return (Some(view), capacity);
         }
-        // Two windows running far over the baseline, neither with a timeout, are a slowdown
-        // the median of five shows only a window or two later.
+        // Two windows running far over the baseline, the newer with no fresh timeout, are a
+        // slowdown the median of five shows only a window or two later.
         let onset = onset.filter(|&both| both >= ONSET * baseline);
         self.onset_p90 = onset.map_or(0.0, |both| both as f32);
         let view = LatencyView {
@@ -494,9 +496,10 @@ mod tests {
         limit
     }
 
-    /// Seconds from a twentyfold step of the latency to the first cut, with a timeout every
-    /// second after the step or none, and the p90 reported with the cut.
-    fn first_cut_after_a_step(timeouts: bool) -> (f64, u64) {
+    /// Seconds from a twentyfold step of the latency to the first cut under 20, with a
+    /// timeout every second after the step (of a request that waited `timeouts_after_ms`)
+    /// or none, and the p90 reported with the cut.
+    fn first_cut_after_a_step(timeouts_after_ms: Option<u64>) -> (f64, u64) {
         let cfg = ControlConfig::new(Algorithm::Vegas);
         let mut c = DestinationController::new(&cfg, 0);
         let step = 6_000;
@@ -504,13 +507,9 @@ mod tests {
             let now = i * 10 * MS;
             let factor = if i < step { 1 } else { 20 };
             c.on_sample(now, (50 + i % 7) * MS * factor, 10);
-            if i >= step && i % 100 == 0 && timeouts {
-                c.on_outcome(
-                    now,
-                    Outcome::GaveUp {
-                        waited_ns: 5_000 * MS,
-                    },
-                );
+            if let Some(waited) = timeouts_after_ms.filter(|_| i >= step && i % 100 == 0) {
+                let waited_ns = waited * MS;
+                c.on_outcome(now, Outcome::GaveUp { waited_ns });
             }
             let l = c.update(now);
             if l < 20 {
@@ -522,17 +521,26 @@ mod tests {
 
     #[test]
     fn two_windows_far_over_the_baseline_cut_before_the_median_shows_them() {
-        let (clean, timing_out) = (first_cut_after_a_step(false), first_cut_after_a_step(true));
+        let clean = first_cut_after_a_step(None);
         assert!(
             clean.1 > 20 * 50 * MS,
             "the p90 that cut it: {} ms",
             clean.1 / MS
         );
         assert!(clean.0 < 5.0, "cut {} s after the step", clean.0);
+        // The first window's timeouts cut the limit a little; those that follow are of
+        // requests sent before that cut, the queue it answered for.
+        let queued_before = first_cut_after_a_step(Some(5_000));
+        assert_eq!(
+            queued_before.0, clean.0,
+            "timeouts of the queue before a cut"
+        );
+        // Requests sent since the cut that time out are the error pressure's to cut for.
+        let fresh = first_cut_after_a_step(Some(500));
         assert!(
-            timing_out.0 > clean.0,
-            "with timeouts the median's: {} s, against {} s",
-            timing_out.0,
+            fresh.0 > clean.0,
+            "with fresh timeouts the median's: {} s, against {} s",
+            fresh.0,
             clean.0
         );
     }
