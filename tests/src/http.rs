@@ -34,6 +34,27 @@ impl SlowHttp {
         }
     }
 
+    /// A server with `workers` threads, each answering one connection at a time: the rest wait
+    /// in the listen queue, connected, as they do at an upstream with a fixed worker pool. Once
+    /// more clients ask than it has workers, its latency grows with their number.
+    pub fn with_workers(delay_ms: u64, workers: usize) -> Self {
+        let listener = Arc::new(TcpListener::bind("127.0.0.1:0").unwrap());
+        let addr = listener.local_addr().unwrap();
+        let delay = Arc::new(AtomicU64::new(delay_ms));
+        for _ in 0..workers {
+            let (listener, delay) = (listener.clone(), delay.clone());
+            std::thread::spawn(move || {
+                for stream in listener.incoming().map_while(Result::ok) {
+                    serve_http(stream, &delay);
+                }
+            });
+        }
+        SlowHttp {
+            addr,
+            delay_ms: delay,
+        }
+    }
+
     pub fn set_delay_ms(&self, ms: u64) {
         self.delay_ms.store(ms, Ordering::SeqCst);
     }

@@ -232,29 +232,34 @@ fn groups_follow_reloads() {
 
 #[kernel_test]
 fn a_slow_replica_gets_a_low_limit_and_its_overflow_lands_on_the_healthy_one() {
-    const LOAD: usize = 16;
+    // As many workers as the first load: answers wait for a worker only once more ask. A
+    // fixed pool is what makes the lower limit last: the controller follows a slow upstream
+    // to what it can serve, so the limit settles at its workers instead of passing through.
+    const WORKERS: usize = 16;
+    // Slow enough that the loads leave the CPUs mostly idle even under software emulation.
+    const NORMAL_MS: u64 = 50;
     let cg = TestCgroup::new("ffslow");
-    let (slowing, healthy) = (SlowHttp::start(5), SlowHttp::start(5));
+    let slowing = SlowHttp::with_workers(NORMAL_MS, WORKERS);
+    let healthy = SlowHttp::start(NORMAL_MS);
     // The default algorithm (vegas) and bounds: each replica learns its own latency.
     let config = TempFile::new("ffslow.toml", &group(&[slowing.addr, healthy.addr], ""));
     let _agent = start_agent(&cg, &config);
-    let load = CurlLoad::start(&cg, &slowing, LOAD);
+    let load = CurlLoad::start(&cg, &slowing, WORKERS);
     let get = |up: &SlowHttp, name| field(&cg, up.addr, name);
     let p90 = |up: &SlowHttp| row(&cg, up.addr).and_then(|r| r["p90_ms"].as_f64());
 
     wait_until("a baseline learned and a limit above the load", || {
         row(&cg, slowing.addr).is_some_and(|r| r["baseline_ms"].is_number())
-            && get(&slowing, "limit") >= LOAD as i64
+            && get(&slowing, "limit") >= WORKERS as i64
     });
-    // Connections pile up on the slower replica (a second load), as requests arriving at
-    // their own pace do; the same clients merely waiting longer are not cut below their
-    // number.
-    slowing.set_delay_ms(100);
-    let piling_up = CurlLoad::start(&cg, &slowing, LOAD);
+    // The slower replica's answers take ten times as long, and its clients double (requests
+    // arriving at their own pace pile up): the excess over its workers would only queue there.
+    slowing.set_delay_ms(10 * NORMAL_MS);
+    let piling_up = CurlLoad::start(&cg, &slowing, WORKERS);
     wait_until(
-        "the slow replica's limit to fall and the healthy one to serve the overflow",
+        "the slow replica's limit to fall below its clients and the healthy one to serve the overflow",
         || {
-            get(&slowing, "limit") < LOAD as i64
+            get(&slowing, "limit") < 2 * WORKERS as i64
                 && get(&slowing, "redirected") > 0
                 && p90(&healthy).is_some()
         },
