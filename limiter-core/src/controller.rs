@@ -129,6 +129,9 @@ impl<A: LimitAlgorithm> DestinationController<A> {
     /// limit had the limit in flight whatever its samples say; a window where more than a
     /// tenth of the requests timed out had a p90 at least as long as their wait, answered
     /// or not (with a 2 s client timeout, a saturated upstream gives no samples at all).
+    /// Identical latencies are a timer's and tell nothing of health; far over the baseline,
+    /// or while the destination is followed, they are the service time of workers that
+    /// answer in step (a fixed sleep), which the saturation is read from.
     fn evidence_point(&self, window: &WindowSummary) -> Option<EvidencePoint> {
         let bound = window.sheds > 0;
         let inflight = if bound {
@@ -139,7 +142,7 @@ impl<A: LimitAlgorithm> DestinationController<A> {
         let censored = window.gave_up_after_ns.filter(|_| window.timeouts_censor());
         let latency = match (window.p90_ns, censored) {
             (Some(p90), Some(wait)) => p90.max(wait),
-            (Some(p90), None) if window.dispersed => p90,
+            (Some(p90), None) if window.dispersed || self.timed_as_service(p90) => p90,
             (None, Some(wait)) if bound => wait,
             _ => return None,
         };
@@ -150,6 +153,12 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             mean_latency: window.uncensored_mean(),
             bound,
         })
+    }
+
+    /// Whether identical latencies of `p90` are the service time of workers answering in
+    /// step: the destination is followed, or they stand far over its baseline.
+    fn timed_as_service(&self, p90: f64) -> bool {
+        self.following.is_some() || self.baseline.value().is_some_and(|b| p90 >= ELEVATED * b)
     }
 
     /// What a window says of the latency, and a limit it showed the upstream can take: its
@@ -296,7 +305,10 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             // algorithm's would rest on a baseline that is not one yet.
             proposed = proposed.min(self.limit);
         }
-        let mut allowed = self.guard.allow(self.limit, proposed, window.dispersed);
+        let timed = window.p90_ns.is_some_and(|p90| self.timed_as_service(p90));
+        let mut allowed = self
+            .guard
+            .allow(self.limit, proposed, window.dispersed || timed);
         // A window that refused nothing had no demand beyond the limit: the same clients, at
         // most waiting longer. Demand beyond it is Vegas's to regulate inside the band.
         if window.sheds == 0 {
@@ -542,6 +554,47 @@ mod tests {
             "with fresh timeouts the median's: {} s, against {} s",
             fresh.0,
             clean.0
+        );
+    }
+
+    /// A window of `latency_ms` answers that all took the same time, bound by the limit.
+    fn identical(latency_ms: f64) -> WindowSummary {
+        let latency_ns = latency_ms * MS as f64;
+        WindowSummary {
+            duration_ns: 2_000 * MS,
+            samples: 60,
+            errors: 0,
+            timeouts: 0,
+            stale_timeouts: 0,
+            p90_ns: Some(latency_ns),
+            p90_weight: 60,
+            mean_inflight: 20.0,
+            peak_inflight: 24,
+            dispersed: false,
+            mean_latency_ns: latency_ns,
+            sheds: 10,
+            gave_up_after_ns: None,
+            waited_share: Some(0.0),
+        }
+    }
+
+    #[test]
+    fn identical_latencies_far_over_the_baseline_are_a_fixed_sleeps_service_time() {
+        let cfg = ControlConfig::new(Algorithm::Vegas);
+        let mut c = DestinationController::new(&cfg, 0);
+        for i in 0..6_000 {
+            c.on_sample(i * 10 * MS, (50 + i % 7) * MS, 10);
+            c.update(i * 10 * MS);
+        }
+        let baseline_ms = c.baseline_ns().expect("a baseline learned") as f64 / MS as f64;
+        assert!(
+            c.evidence_point(&identical(baseline_ms)).is_none(),
+            "a timer at the baseline tells nothing"
+        );
+        let slow = c.evidence_point(&identical(27.0 * baseline_ms));
+        assert!(
+            slow.is_some_and(|p| p.bound && p.latency > 20.0 * baseline_ms * MS as f64),
+            "{slow:?}"
         );
     }
 
