@@ -18,41 +18,42 @@ pub struct SlowHttp {
 
 impl SlowHttp {
     pub fn start(delay_ms: u64) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        let delay = Arc::new(AtomicU64::new(delay_ms));
-        let shared = delay.clone();
+        let (listener, server) = Self::bind(delay_ms);
+        let shared = server.delay_ms.clone();
         std::thread::spawn(move || {
             for stream in listener.incoming().map_while(Result::ok) {
                 let delay = shared.clone();
                 std::thread::spawn(move || serve_http(stream, &delay));
             }
         });
-        SlowHttp {
-            addr,
-            delay_ms: delay,
-        }
+        server
     }
 
     /// A server with `workers` threads, each answering one connection at a time: the rest wait
     /// in the listen queue, connected, as they do at an upstream with a fixed worker pool. Once
     /// more clients ask than it has workers, its latency grows with their number.
     pub fn with_workers(delay_ms: u64, workers: usize) -> Self {
-        let listener = Arc::new(TcpListener::bind("127.0.0.1:0").unwrap());
-        let addr = listener.local_addr().unwrap();
-        let delay = Arc::new(AtomicU64::new(delay_ms));
+        let (listener, server) = Self::bind(delay_ms);
+        let listener = Arc::new(listener);
         for _ in 0..workers {
-            let (listener, delay) = (listener.clone(), delay.clone());
+            let (listener, delay) = (listener.clone(), server.delay_ms.clone());
             std::thread::spawn(move || {
                 for stream in listener.incoming().map_while(Result::ok) {
                     serve_http(stream, &delay);
                 }
             });
         }
-        SlowHttp {
-            addr,
-            delay_ms: delay,
-        }
+        server
+    }
+
+    /// A listener on a loopback port and the server it will answer for.
+    fn bind(delay_ms: u64) -> (TcpListener, Self) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let server = SlowHttp {
+            addr: listener.local_addr().unwrap(),
+            delay_ms: Arc::new(AtomicU64::new(delay_ms)),
+        };
+        (listener, server)
     }
 
     pub fn set_delay_ms(&self, ms: u64) {
