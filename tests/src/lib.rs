@@ -22,6 +22,6 @@ pub use limiter_kernel_test::kernel_test;
 pub use load::{CurlLoad, Endings};
 pub use netns::TestNetns;
 pub use probe::{peernames, probe_bin, tally, Probe};
-pub use status::{field, global, row, row_in, status, status_report};
+pub use status::{baseline_settled, field, global, row, row_in, status, status_report};
 pub use temp_file::TempFile;
 pub use upstream::{closed_port, Behaviour, Blackhole, Upstream};

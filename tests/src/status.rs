@@ -55,3 +55,17 @@ pub fn field(cgroup: &TestCgroup, dest: SocketAddr, name: &str) -> i64 {
         .as_i64()
         .unwrap_or_else(|| panic!("{name} is not a number"))
 }
+
+/// How far over the published p90 a baseline may sit and count as come down to it.
+const SETTLED_BAND: f64 = 1.2;
+
+/// Whether a row has a baseline and it has come down to the latency the row shows. A
+/// baseline learned while the machine was busy (a loaded start, software emulation) is that
+/// busy latency and sits over the real one for a few windows: a slowdown started then is a
+/// smaller step over it, which the controller may read in part as a new normal.
+pub fn baseline_settled(row: &serde_json::Value) -> bool {
+    match (row["baseline_ms"].as_f64(), row["p90_ms"].as_f64()) {
+        (Some(baseline), Some(p90)) => baseline <= SETTLED_BAND * p90,
+        _ => false,
+    }
+}

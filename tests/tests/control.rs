@@ -11,12 +11,6 @@ use serde_json::Value;
 
 const LOAD: usize = 16;
 
-/// The controller publishes a baseline once its warm-up is over: from then on, a slowdown
-/// is a slowdown and not the upstream's normal.
-fn has_baseline(row: &Value) -> bool {
-    row["baseline_ms"].is_number()
-}
-
 /// The upstreams' normal answer time: long enough that the loads of the closed-loop test keep
 /// the machine's CPUs mostly idle even under software emulation, where a few thousand
 /// requests a second would saturate them and make every upstream look slow.
@@ -36,9 +30,12 @@ fn the_limit_follows_a_slow_upstream_down_and_back_up_leaving_others_alone() {
     let mut watch = Watch::new(&cg, &slowing, &steady);
     let healthy = |r: &Value| r["limit"].as_i64() >= Some(LOAD as i64);
 
-    let (slow, fine) = watch.until("baselines learned, limits above the load", |slow, fine| {
-        has_baseline(slow) && has_baseline(fine) && healthy(slow) && healthy(fine)
-    });
+    let (slow, fine) = watch.until(
+        "baselines settled at the latency, limits above the load",
+        |slow, fine| {
+            baseline_settled(slow) && baseline_settled(fine) && healthy(slow) && healthy(fine)
+        },
+    );
     let (shed_before, steady_shed) = (slow["shed"].clone(), fine["shed"].clone());
 
     // Requests arriving at their own pace pile up on a slower upstream: here, twice the
@@ -152,8 +149,8 @@ fn shadow_mode_refuses_nothing_and_reports_what_it_would_have_shed() {
     let _agent = Agent::start(&cg, &["--mode", "shadow"]);
     let _load = CurlLoad::start(&cg, &up, LOAD);
     let get = |name| field(&cg, up.addr, name);
-    wait_until("a baseline learned and a limit above the load", || {
-        row(&cg, up.addr).is_some_and(|r| has_baseline(&r)) && get("limit") >= LOAD as i64
+    wait_until("a baseline settled and a limit above the load", || {
+        row(&cg, up.addr).is_some_and(|r| baseline_settled(&r)) && get("limit") >= LOAD as i64
     });
     up.set_delay_ms(100);
     let _piling_up = CurlLoad::start(&cg, &up, LOAD);

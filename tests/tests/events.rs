@@ -178,8 +178,8 @@ fn a_slowdown_lowers_the_limit_with_the_latency_that_moved_it() {
     let up = SlowHttp::start(5);
     let _agent = Agent::start(&cg, &[]);
     let _load = CurlLoad::start(&cg, &up, 16);
-    wait_until("a baseline learned", || {
-        row(&cg, up.addr).is_some_and(|r| r["baseline_ms"].is_number())
+    wait_until("a baseline settled", || {
+        row(&cg, up.addr).is_some_and(|r| baseline_settled(&r))
     });
     let mut reader = Reader::start(&cg, true);
     let lines = reader.lines();

@@ -248,8 +248,8 @@ fn a_slow_replica_gets_a_low_limit_and_its_overflow_lands_on_the_healthy_one() {
     let get = |up: &SlowHttp, name| field(&cg, up.addr, name);
     let p90 = |up: &SlowHttp| row(&cg, up.addr).and_then(|r| r["p90_ms"].as_f64());
 
-    wait_until("a baseline learned and a limit above the load", || {
-        row(&cg, slowing.addr).is_some_and(|r| r["baseline_ms"].is_number())
+    wait_until("a baseline settled and a limit above the load", || {
+        row(&cg, slowing.addr).is_some_and(|r| baseline_settled(&r))
             && get(&slowing, "limit") >= WORKERS as i64
     });
     // The slower replica's answers take ten times as long, and its clients double (requests
