@@ -131,16 +131,28 @@ pub struct Saturation {
     /// Infinite once a window with more in flight served under the saturation, until one
     /// saturates it again.
     saturating_inflight: f32,
+    /// What the window with [`Saturation::saturating_inflight`] served, per second: once the
+    /// most served passes it by more than the noise, that window was not saturating after all.
+    saturating_throughput: f32,
+    /// The mean throughput of the windows that served the saturation, and how many they are
+    /// (at most [`SERVED_WINDOWS`]): the highest alone is the noise's highest.
+    served: f32,
+    served_windows: f32,
     /// Whether its workers answer in step, and how many they are if so.
     steps: Steps,
 }
 
 impl Saturation {
-    fn new(throughput: f64, service_mean: f64, saturating_inflight: f64) -> Self {
+    /// `saturating` is the least in-flight seen to saturate the upstream and what it served;
+    /// `served`, what the windows that saturated it served on average, and how many they are.
+    fn new(throughput: f64, service_mean: f64, saturating: (f64, f64), served: (f64, f64)) -> Self {
         Saturation {
+            served: served.0 as f32,
+            served_windows: served.1 as f32,
             throughput: throughput as f32,
             service_mean: service_mean as f32,
-            saturating_inflight: saturating_inflight as f32,
+            saturating_inflight: saturating.0 as f32,
+            saturating_throughput: saturating.1 as f32,
             steps: Steps::default(),
         }
     }
@@ -150,10 +162,10 @@ impl Saturation {
         f64::from(self.service_mean)
     }
 
-    /// What the upstream serves at saturation times its service time (Little's law), and
-    /// never more than the least in-flight seen to saturate it.
+    /// What the windows at saturation served on average times its service time (Little's
+    /// law), and never more than the least in-flight seen to saturate it.
     pub fn capacity(&self) -> f64 {
-        (f64::from(self.throughput) * self.service_mean() / 1e9)
+        (f64::from(self.served) * self.service_mean() / 1e9)
             .min(f64::from(self.saturating_inflight))
     }
 
@@ -175,18 +187,25 @@ impl Saturation {
     }
 
     /// Takes in a window seen while following: its in-flight, throughput and mean latency.
-    /// A throughput beyond the saturation's noise is more than the upstream served at any
-    /// in-flight before (workers added, or a capacity first seen from below): what
-    /// saturated it then bounds it no more.
+    /// A throughput beyond the noise of what the least saturating in-flight served is more
+    /// than the upstream served there (workers added, or a capacity first seen from below):
+    /// that in-flight bounds it no more, and this window's takes its place and restarts the
+    /// average served. A window serving the saturation otherwise joins that average.
     pub fn observe(&mut self, inflight: f64, throughput: f64, mean_latency: f64) {
         let (inflight, throughput) = (inflight as f32, throughput as f32);
         self.service_mean = self.service_mean.min(mean_latency as f32);
-        if throughput * SATURATING as f32 > self.throughput {
-            self.saturating_inflight = inflight;
-        }
         self.throughput = self.throughput.max(throughput);
-        if throughput >= SATURATING as f32 * self.throughput {
-            self.saturating_inflight = self.saturating_inflight.min(inflight);
+        let saturating = SATURATING as f32 * self.throughput;
+        if self.saturating_throughput < saturating {
+            // Only a window serving the most ever can put it under: this one.
+            (self.saturating_inflight, self.saturating_throughput) = (inflight, throughput);
+            (self.served, self.served_windows) = (throughput, 1.0);
+        } else if throughput >= saturating {
+            if inflight < self.saturating_inflight {
+                (self.saturating_inflight, self.saturating_throughput) = (inflight, throughput);
+            }
+            self.served_windows = (self.served_windows + 1.0).min(SERVED_WINDOWS);
+            self.served += (throughput - self.served) / self.served_windows;
         } else if inflight > self.saturating_inflight {
             // More in flight served well under the saturation: the least in-flight that
             // saturated it came from a window draining a queue built before, with answers
@@ -195,6 +214,9 @@ impl Saturation {
         }
     }
 }
+
+/// Windows whose throughput the capacity averages, the older ones fading.
+const SERVED_WINDOWS: f32 = 8.0;
 
 /// Windows searched for the upstream's throughput plateau.
 const PLATEAU_WINDOWS: usize = 10;
@@ -216,8 +238,9 @@ const FLAT_LATENCY: f64 = 0.85;
 /// ...or the throughput at most at this share.
 const STARVED: f64 = 0.8;
 
-/// Windows back in which a lowering of in-flight by [`TRIM_CUT`]...
-const TRIM_WINDOWS: usize = 20;
+/// Windows back in which a lowering of in-flight by [`TRIM_CUT`]... (Vegas trims a limit
+/// near 100 by one a window: 15 % of it takes some 16 windows, and more where it holds.)
+const TRIM_WINDOWS: usize = 40;
 const TRIM_CUT: f64 = 0.85;
 /// ...that left the mean latency at least at this share of what it was shows no queue.
 const TRIM_LATENCY: f64 = 0.97;
@@ -308,7 +331,8 @@ impl Evidence {
     /// `baseline` where the limit bound in-flight, the one with more in-flight buying little
     /// throughput at no less latency. Then the highest throughput an elevated window
     /// delivered (bound or not: a window the clients' own in-flight saturated counts), the
-    /// least in-flight a window served nearly that with, and the service time of the bound
+    /// least in-flight a window served nearly that with, what the windows that served
+    /// nearly that served on average, and the service time of the bound
     /// window with the least mean latency (a window whose mean is unknown offers the newest
     /// window's instead). Windows at the old latency are left out: across a step of the
     /// service time, the windows before it look like more throughput at less latency.
@@ -346,10 +370,15 @@ impl Evidence {
         };
         let best = elevated().map(|p| p.throughput).reduce(f32::max)?;
         let saturating = best + (SATURATING.ln() as f32);
-        let saturating_inflight = elevated()
+        let (sum, count) = elevated()
             .filter(|p| p.throughput >= saturating)
-            .map(|p| p.inflight)
-            .reduce(f32::min)?;
+            .fold((0.0, 0.0), |(sum, n), p| {
+                (sum + f64::from(p.throughput).exp(), n + 1.0)
+            });
+        let (saturating_inflight, saturating_throughput) = elevated()
+            .filter(|p| p.throughput >= saturating)
+            .map(|p| (p.inflight, p.throughput))
+            .reduce(|a, b| if b.0 < a.0 { b } else { a })?;
         let (service_mean, service_p90) = bound()
             .filter(|p| p.mean_latency.is_finite())
             .map(|p| (f64::from(p.mean_latency).exp(), f64::from(p.latency).exp()))
@@ -358,7 +387,11 @@ impl Evidence {
         let saturation = Saturation::new(
             f64::from(best).exp(),
             service_mean,
-            f64::from(saturating_inflight).exp(),
+            (
+                f64::from(saturating_inflight).exp(),
+                f64::from(saturating_throughput).exp(),
+            ),
+            (sum / count, count),
         );
         Some((saturation, service_p90))
     }
@@ -593,7 +626,7 @@ mod tests {
     fn the_capacity_is_never_more_than_the_least_in_flight_seen_to_saturate() {
         // The least-queued window still queued (a mean of 1.4 s for 0.85 s of service):
         // 37/s x 1.4 s reads 52, but 30 in flight were seen to serve the saturation.
-        let mut s = Saturation::new(37.0, 1.4e9, 30.0);
+        let mut s = Saturation::new(37.0, 1.4e9, (30.0, 37.0), (37.0, 1.0));
         assert_eq!(s.capacity(), 30.0);
         s.observe(25.0, 29.0, 0.85e9);
         assert_eq!(s.service_mean, 0.85e9, "a window under the workers");
@@ -606,20 +639,81 @@ mod tests {
         assert_eq!(
             (s.capacity() * 10.0).round() / 10.0,
             30.0,
-            "38/s x 0.85 s is 32.3, over the 30 seen to saturate"
+            "37.5/s x 0.85 s is 31.9, over the 30 seen to saturate"
         );
         s.saturating_inflight = 40.0;
-        assert_eq!((s.capacity() * 10.0).round() / 10.0, 32.3);
+        assert_eq!((s.capacity() * 10.0).round() / 10.0, 31.9);
     }
 
     #[test]
     fn serving_more_than_ever_lifts_the_bound_of_what_saturated_before() {
-        let mut s = Saturation::new(37.0, 0.85e9, 32.0);
+        let mut s = Saturation::new(37.0, 0.85e9, (32.0, 37.0), (37.0, 1.0));
         s.observe(36.0, 39.0, 0.9e9);
         assert_eq!(s.saturating_inflight, 32.0, "39/s is the noise of 37");
         s.observe(37.0, 44.0, 0.84e9);
         assert_eq!(s.saturating_inflight, 37.0, "44/s: workers were added");
         assert_eq!((s.capacity() * 10.0).round() / 10.0, 37.0);
+    }
+
+    /// Windows of 2 s at saturation serve the workers' rate give or take a tenth: the highest
+    /// of them is the noise's highest, and a capacity from it let the limit sit at 1.3x the
+    /// workers. The windows that served the saturation are averaged instead.
+    #[test]
+    fn the_capacity_is_what_the_saturating_windows_served_on_average() {
+        let mut e = Evidence::default();
+        for throughput in [41.4, 38.0, 39.0, 20.0] {
+            e.push(EvidencePoint {
+                inflight: 90.0 - throughput,
+                throughput,
+                latency: 2e9,
+                mean_latency: Some(1e9),
+                bound: true,
+            });
+        }
+        let (mut s, _) = e.saturation(100e6, (1e9, 2e9)).expect("saturated");
+        assert_eq!(s.throughput, 41.4);
+        assert_eq!(
+            (s.capacity() * 10.0).round() / 10.0,
+            39.5,
+            "20/s is under the saturation; 41.4, 38 and 39 average 39.5"
+        );
+        s.observe(60.0, 38.5, 1e9);
+        assert_eq!((s.capacity() * 10.0).round() / 10.0, 39.2);
+    }
+
+    /// A followed upstream at 100 workers whose service time was read 7 % low (the least of
+    /// its windows' noisy means): Vegas reads that 7 % as a queue at every limit and trims
+    /// one a window, 97 to 82 over 25 windows, while the mean stays.
+    #[test]
+    fn trims_of_one_a_window_that_leave_the_mean_show_no_queue() {
+        let mut e = Evidence::default();
+        for i in 0..=25 {
+            let inflight = 97.0 - 0.6 * f64::from(i);
+            e.push(EvidencePoint {
+                inflight,
+                throughput: inflight / 1.05,
+                latency: 1.5e9,
+                mean_latency: Some(1.05e9),
+                bound: true,
+            });
+        }
+        assert!(e.mean_ignored_a_trim());
+    }
+
+    /// The incident's 2 s clients: 24.8 in flight served 30.5/s, within the noise of the
+    /// 32/s that saturated it first; then 28.5 served 34.5/s, and 24.8 was not saturating
+    /// after all. Held to 24.8, the limit stayed under 1.15x that, at 28 on 32 workers.
+    #[test]
+    fn a_window_serving_more_than_the_least_saturating_one_by_the_noise_replaces_it() {
+        let mut s = Saturation::new(32.0, 0.787e9, (27.6, 32.0), (32.0, 1.0));
+        s.observe(24.8, 30.5, 0.795e9);
+        assert_eq!(s.saturating_inflight, 24.8, "30.5/s is the noise of 32");
+        s.observe(28.5, 34.5, 0.849e9);
+        assert_eq!(
+            s.saturating_inflight, 28.5,
+            "34.5/s is not the noise of 30.5"
+        );
+        assert_eq!((s.capacity() * 10.0).round() / 10.0, 27.2, "Little's law");
     }
 
     /// The lab's nginx rig: a window that drained the onset's queue served the workers' 39/s
@@ -628,7 +722,7 @@ mod tests {
     /// workers for the rest of the incident.
     #[test]
     fn a_window_under_the_saturation_forgets_the_in_flight_that_saturated() {
-        let mut s = Saturation::new(39.5, 0.81e9, 24.0);
+        let mut s = Saturation::new(39.5, 0.81e9, (24.0, 39.5), (39.5, 1.0));
         assert_eq!(s.capacity(), 24.0);
         s.observe(28.0, 34.5, 0.81e9);
         assert_eq!(

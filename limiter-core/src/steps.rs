@@ -58,6 +58,14 @@ fn counted(inflight: f64, share: f64) -> f32 {
     (inflight / (1.0 + share) + 0.25).floor() as f32
 }
 
+/// The workers `inflight` in step hold when `share` of the answers waited, to the nearest
+/// whole number: for waits at or under a count, which say it is high by one or more. With
+/// the in-flight a request or two over the workers, a window's two or three rounds hold two
+/// or three waits, and one more of them reads a worker fewer than there are.
+fn nearest(inflight: f64, share: f64) -> f32 {
+    (inflight / (1.0 + share)).round() as f32
+}
+
 impl Steps {
     /// The workers, when the answers came in step.
     pub fn workers(&self) -> Option<f64> {
@@ -75,8 +83,8 @@ impl Steps {
     /// A window across a change of the limit mixes answers from two levels, and reads more
     /// workers than there are; so a count only ever falls, except by a try. Waits at or
     /// under a count it did not try say it is high, the lab's 33 of 32 (its workers were not
-    /// all in step, and some waits were too short to count): it is lowered once, and if
-    /// they come again they were no waits.
+    /// all in step, and some waits were too short to count): it is lowered once (see
+    /// [`nearest`]), and if they come again they were no waits.
     pub fn observe(&mut self, inflight: f64, waited_share: Option<f64>, bound: bool) {
         *self = match (*self, waited_share) {
             (Steps::Vary, _) => Steps::Vary,
@@ -98,7 +106,7 @@ impl Steps {
                 } else if count.struck {
                     Steps::Vary
                 } else {
-                    let workers = counted(inflight, share).min(count.workers);
+                    let workers = nearest(inflight, share).min(count.workers - 1.0);
                     Steps::InStep(Count::new(workers, true))
                 }
             }
@@ -185,6 +193,15 @@ mod tests {
         );
     }
 
+    /// At one over 32 workers a round of 32 answers holds one wait, and a window of 2.2
+    /// rounds two: one wait more reads 31.7 workers, which is 32, not 31.
+    #[test]
+    fn a_wait_more_at_one_over_the_workers_does_not_count_one_fewer() {
+        let mut s = Steps::InStep(Count::new(33.0, false));
+        s.observe(33.0, Some(3.0 / 71.0), true);
+        assert_eq!(s.workers(), Some(32.0));
+    }
+
     /// Nine of ten answers are cache hits of exactly 10 ms and one a miss of 100 ms: the
     /// misses are not waits, and fewer in flight does not make them fewer.
     #[test]
@@ -193,8 +210,8 @@ mod tests {
         s.observe(40.0, Some(0.1), true);
         assert_eq!(s.workers(), Some(36.0));
         s.observe(36.0, Some(0.1), true);
-        assert_eq!(s.workers(), Some(32.0));
-        s.observe(32.0, Some(0.1), true);
+        assert_eq!(s.workers(), Some(33.0));
+        s.observe(33.0, Some(0.1), true);
         assert_eq!(s.workers(), None, "not 29, then 26...");
         s.observe(40.0, Some(0.1), true);
         assert_eq!(s.workers(), None, "until the follow ends");
