@@ -50,8 +50,9 @@ const FIRST_WORD_NS: u64 = 100_000_000;
 pub struct DestinationController<A = AnyAlgorithm> {
     /// Samples of requests that started before this time measured a queue slow start built.
     fresh_from_ns: u64,
-    /// Until this time the limit is the upper bound (see [`Controller::update`]).
-    first_word_at: Option<u64>,
+    /// Until this time the limit is the upper bound (see [`Controller::update`]); 0 once it
+    /// has passed (a plain `u64`, not an `Option`: a controller stays under 4 KiB).
+    first_word_at: u64,
     published: u32,
     /// The baseline has been published once: the first learning is over, and slow start's
     /// state is no longer touched.
@@ -121,7 +122,7 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             last_p90: 0.0,
             onset_p90: 0.0,
             fresh_from_ns: 0,
-            first_word_at: Some(now_ns + FIRST_WORD_NS),
+            first_word_at: now_ns + FIRST_WORD_NS,
         }
     }
 
@@ -399,11 +400,11 @@ impl<A: LimitAlgorithm> Controller for DestinationController<A> {
     /// the limit at what that traffic was seen to hold (the highest in-flight a sample
     /// started at), and never under the initial limit.
     fn update(&mut self, now_ns: u64) -> u32 {
-        if let Some(at) = self.first_word_at {
-            if now_ns < at {
+        if self.first_word_at > 0 {
+            if now_ns < self.first_word_at {
                 return self.published;
             }
-            self.first_word_at = None;
+            self.first_word_at = 0;
             let seen = f64::from(self.windows.peak_inflight());
             self.set_limit(self.limit.max(seen));
         }
