@@ -622,6 +622,11 @@ mod tests {
         );
     }
 
+    /// `x` rounded to a tenth.
+    fn tenths(x: f64) -> f64 {
+        (x * 10.0).round() / 10.0
+    }
+
     #[test]
     fn the_capacity_is_never_more_than_the_least_in_flight_seen_to_saturate() {
         // The least-queued window still queued (a mean of 1.4 s for 0.85 s of service):
@@ -637,12 +642,12 @@ mod tests {
         s.observe(60.0, 38.0, 1.6e9);
         assert_eq!(s.throughput, 38.0);
         assert_eq!(
-            (s.capacity() * 10.0).round() / 10.0,
+            tenths(s.capacity()),
             30.0,
             "37.5/s x 0.85 s is 31.9, over the 30 seen to saturate"
         );
         s.saturating_inflight = 40.0;
-        assert_eq!((s.capacity() * 10.0).round() / 10.0, 31.9);
+        assert_eq!(tenths(s.capacity()), 31.9);
     }
 
     #[test]
@@ -652,7 +657,7 @@ mod tests {
         assert_eq!(s.saturating_inflight, 32.0, "39/s is the noise of 37");
         s.observe(37.0, 44.0, 0.84e9);
         assert_eq!(s.saturating_inflight, 37.0, "44/s: workers were added");
-        assert_eq!((s.capacity() * 10.0).round() / 10.0, 37.0);
+        assert_eq!(tenths(s.capacity()), 37.0);
     }
 
     /// Windows of 2 s at saturation serve the workers' rate give or take a tenth: the highest
@@ -673,12 +678,12 @@ mod tests {
         let (mut s, _) = e.saturation(100e6, (1e9, 2e9)).expect("saturated");
         assert_eq!(s.throughput, 41.4);
         assert_eq!(
-            (s.capacity() * 10.0).round() / 10.0,
+            tenths(s.capacity()),
             39.5,
             "20/s is under the saturation; 41.4, 38 and 39 average 39.5"
         );
         s.observe(60.0, 38.5, 1e9);
-        assert_eq!((s.capacity() * 10.0).round() / 10.0, 39.2);
+        assert_eq!(tenths(s.capacity()), 39.2);
     }
 
     /// A followed upstream at 100 workers whose service time was read 7 % low (the least of
@@ -713,7 +718,7 @@ mod tests {
             s.saturating_inflight, 28.5,
             "34.5/s is not the noise of 30.5"
         );
-        assert_eq!((s.capacity() * 10.0).round() / 10.0, 27.2, "Little's law");
+        assert_eq!(tenths(s.capacity()), 27.2, "Little's law");
     }
 
     /// The lab's nginx rig: a window that drained the onset's queue served the workers' 39/s
@@ -725,11 +730,7 @@ mod tests {
         let mut s = Saturation::new(39.5, 0.81e9, (24.0, 39.5), (39.5, 1.0));
         assert_eq!(s.capacity(), 24.0);
         s.observe(28.0, 34.5, 0.81e9);
-        assert_eq!(
-            (s.capacity() * 10.0).round() / 10.0,
-            32.0,
-            "Little's law alone"
-        );
+        assert_eq!(tenths(s.capacity()), 32.0, "Little's law alone");
         s.observe(30.0, 39.4, 0.81e9);
         assert_eq!(s.capacity(), 30.0, "30 in flight saturate it");
         s.observe(37.0, 39.5, 0.89e9);
