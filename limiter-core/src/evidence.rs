@@ -148,7 +148,7 @@ impl Saturation {
     fn new(throughput: f64, service_mean: f64, saturating: (f64, f64), served: (f64, f64)) -> Self {
         Saturation {
             served: served.0 as f32,
-            served_windows: served.1 as f32,
+            served_windows: (served.1 as f32).min(SERVED_WINDOWS),
             throughput: throughput as f32,
             service_mean: service_mean as f32,
             saturating_inflight: saturating.0 as f32,
@@ -370,13 +370,11 @@ impl Evidence {
         };
         let best = elevated().map(|p| p.throughput).reduce(f32::max)?;
         let saturating = best + (SATURATING.ln() as f32);
-        let (sum, count) = elevated()
-            .filter(|p| p.throughput >= saturating)
-            .fold((0.0, 0.0), |(sum, n), p| {
-                (sum + f64::from(p.throughput).exp(), n + 1.0)
-            });
-        let (saturating_inflight, saturating_throughput) = elevated()
-            .filter(|p| p.throughput >= saturating)
+        let served = || elevated().filter(move |p| p.throughput >= saturating);
+        let (sum, count) = served().fold((0.0, 0.0), |(sum, n), p| {
+            (sum + f64::from(p.throughput).exp(), n + 1.0)
+        });
+        let (saturating_inflight, saturating_throughput) = served()
             .map(|p| (p.inflight, p.throughput))
             .reduce(|a, b| if b.0 < a.0 { b } else { a })?;
         let (service_mean, service_p90) = bound()
