@@ -23,21 +23,54 @@ pub(crate) const ELEVATED: f64 = 1.25;
 /// Windows after a follow in which a lower p90 is taken at once: the window followed may
 /// still have held the queue our earlier in-flight built.
 const AFTER_FOLLOW_WINDOWS: u32 = 5;
+/// Windows whose mean-to-p90 ratio the no-load mean averages, the older ones fading.
+const SHAPE_WINDOWS: f32 = 16.0;
 
 /// The no-load latency and the evidence that may move it up.
 #[derive(Clone, Debug, Default)]
 pub struct Baseline {
-    value: Option<f64>,
+    /// 0 until a latency is seen (none is under a nanosecond): a plain `f64`, not an
+    /// `Option`, which keeps a controller under 4 KiB with the shape below.
+    value: f64,
     warming_up: bool,
     evidence: Evidence,
     /// Windows left in which a lower p90 becomes the baseline at once.
     after_follow: u32,
+    /// The no-load mean latency over the no-load p90 (the service time's shape), averaged
+    /// over [`Baseline::learn_shape`]'s windows, and how many they are (at most
+    /// [`SHAPE_WINDOWS`]); 0 windows, none yet.
+    mean_share: f32,
+    shape_windows: f32,
 }
 
 impl Baseline {
     /// The no-load latency, once it has been learned (warm-up is over).
     pub fn value(&self) -> Option<f64> {
-        self.value.filter(|_| !self.warming_up)
+        (self.value > 0.0 && !self.warming_up).then_some(self.value)
+    }
+
+    /// The no-load mean latency: the baseline times the mean-to-p90 ratio of windows that
+    /// queued nothing, once both are known.
+    pub fn mean(&self) -> Option<f64> {
+        let share = f64::from(self.mean_share);
+        self.value()
+            .filter(|_| self.shape_windows > 0.0)
+            .map(|b| b * share)
+    }
+
+    /// Takes in a window's mean latency and p90 when it held no queue of ours: while warming
+    /// up (slow start ends a level that queued and learns afresh), or a window the limit
+    /// did not bind with its p90 in the baseline's band. A wait adds to the mean and the p90
+    /// alike, so their ratio with no queue is the service time's own; it stays when the
+    /// latency shifts as a whole.
+    pub fn learn_shape(&mut self, mean: f64, p90: f64, bound: bool) {
+        let unqueued =
+            self.warming_up || (!bound && self.value().is_some_and(|b| p90 < ELEVATED * b));
+        if !unqueued || p90 <= 0.0 {
+            return;
+        }
+        self.shape_windows = (self.shape_windows + 1.0).min(SHAPE_WINDOWS);
+        self.mean_share += ((mean / p90) as f32 - self.mean_share) / self.shape_windows;
     }
 
     /// The upstream's saturation, when the newest windows show one; `newest` is the newest
@@ -69,7 +102,7 @@ impl Baseline {
     /// Takes `latency` as the no-load latency at once: the upstream's own service time, as
     /// lowering our concurrency showed. The evidence is spent.
     pub fn follow(&mut self, latency: f64) {
-        self.value = Some(latency);
+        self.value = latency;
         self.evidence.clear();
         self.after_follow = AFTER_FOLLOW_WINDOWS;
     }
@@ -99,9 +132,10 @@ impl Baseline {
         warming_up: bool,
         settled: bool,
     ) -> f64 {
-        let mut baseline = match self.value {
-            Some(b) if !warming_up => b.min(sustained),
-            _ => sustained,
+        let mut baseline = if self.value > 0.0 && !warming_up {
+            self.value.min(sustained)
+        } else {
+            sustained
         };
         if self.after_follow > 0 {
             self.after_follow -= 1;
@@ -115,7 +149,7 @@ impl Baseline {
             baseline = smoothed.min(baseline * MAX_HEAL_STEP);
             self.evidence.clear();
         }
-        self.value = Some(baseline);
+        self.value = baseline;
         baseline
     }
 }
@@ -189,6 +223,24 @@ mod tests {
             b.observe(12.0, 20.0, 20.0, point(10.0, 12.0), false, true),
             15.0
         );
+    }
+
+    #[test]
+    fn the_no_load_mean_is_the_baseline_times_the_shape_of_windows_that_queued_nothing() {
+        let mut b = Baseline::default();
+        b.observe(10.0, 10.0, 10.0, point(10.0, 10.0), true, false);
+        b.learn_shape(5.0, 10.0, true);
+        assert_eq!(b.mean(), None, "no baseline yet");
+        b.observe(10.0, 10.0, 10.0, point(10.0, 10.0), false, false);
+        b.learn_shape(7.5, 10.0, false);
+        assert_eq!(b.mean(), Some(6.25));
+        // Bound, or out of the band: a queue of ours may be in it.
+        b.learn_shape(9.0, 10.0, true);
+        b.learn_shape(13.0, 13.0, false);
+        assert_eq!(b.mean(), Some(6.25));
+        // The shape stays when the whole latency shifts.
+        b.follow(20.0);
+        assert_eq!(b.mean(), Some(12.5));
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! One destination's control loop: windows -> p90 -> median-of-5 -> smoothing -> baseline ->
 //! algorithm -> growth guards -> bounds.
 
-use crate::algorithms::{AnyAlgorithm, LatencyView, LimitAlgorithm, Verdict, BACKGROUND_ERRORS};
+use crate::algorithms::{
+    AnyAlgorithm, LatencyView, LimitAlgorithm, MeanLatency, Verdict, BACKGROUND_ERRORS,
+};
 use crate::baseline::{Baseline, ELEVATED};
 use crate::config::{ControlConfig, Limits};
 use crate::demand::DemandFloor;
@@ -195,6 +197,9 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             warming_up,
             self.filter.is_settled(SETTLED),
         );
+        if let Some(mean) = window.uncensored_mean() {
+            self.baseline.learn_shape(mean, p90, window.sheds > 0);
+        }
         let mut capacity = None;
         let elevated = !warming_up && p90 >= ELEVATED * baseline;
         let flat = elevated && self.baseline.latency_ignored_a_cut();
@@ -258,6 +263,7 @@ impl<A: LimitAlgorithm> DestinationController<A> {
                 latest: mean,
                 baseline: following.service_mean(),
                 self_queueing,
+                mean: None,
             };
             return (Some(view), capacity);
         }
@@ -265,11 +271,19 @@ impl<A: LimitAlgorithm> DestinationController<A> {
         // slowdown the median of five shows only a window or two later.
         let onset = onset.filter(|&both| both >= ONSET * baseline);
         self.onset_p90 = onset.map_or(0.0, |both| both as f32);
+        // A window the limit bound that stayed in the band holds at most a short queue,
+        // which its p90 shows only part of.
+        let mean = window
+            .uncensored_mean()
+            .filter(|_| window.sheds > 0 && !warming_up && p90 < ELEVATED * baseline)
+            .zip(self.baseline.mean())
+            .map(|(latest, baseline)| MeanLatency { latest, baseline });
         let view = LatencyView {
             smoothed: onset.map_or(smoothed, |both| smoothed.max(both)),
             latest: p90,
             baseline,
             self_queueing,
+            mean,
         };
         (Some(view), capacity)
     }

@@ -22,7 +22,7 @@ mod slow_start;
 mod steps;
 mod window;
 
-pub use algorithms::{AnyAlgorithm, LatencyView, LimitAlgorithm, Verdict};
+pub use algorithms::{AnyAlgorithm, LatencyView, LimitAlgorithm, MeanLatency, Verdict};
 pub use config::{Algorithm, ControlConfig, Limits, Pipeline, UnknownAlgorithm};
 pub use controller::DestinationController;
 

@@ -5,7 +5,8 @@ use limiter_sim::{scenarios, sweep, AlgorithmChoice};
 
 /// Scenarios held to every seed; the others are listed in docs/simulation.md with how
 /// often they fail.
-const ROBUST: [&str; 9] = [
+const ROBUST: [&str; 10] = [
+    "converge",
     "streaming",
     "healthy-start",
     "goodbye",

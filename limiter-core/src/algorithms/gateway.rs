@@ -112,6 +112,7 @@ mod tests {
                 latest: smoothed,
                 baseline: 0.0,
                 self_queueing: false,
+                mean: None,
             }),
         }
     }

@@ -61,6 +61,7 @@ mod tests {
                 latest: smoothed,
                 baseline: 10.0,
                 self_queueing: false,
+                mean: None,
             }),
         }
     }

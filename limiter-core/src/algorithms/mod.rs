@@ -1,7 +1,8 @@
 //! The algorithms: each turns one window's verdict into the next limit.
 //!
 //! They see the limit as a real number (so small steps accumulate), the error pressure and,
-//! when a latency is known, the smoothed latency, the newest window's p90 and the baseline.
+//! when a latency is known, the smoothed latency, the newest window's p90 and the baseline
+//! (and, in windows where it tells more, the mean latency against the no-load mean).
 //! Bounds, the app-limited cap and rounding are the controller's business, not theirs.
 
 mod aimd;
@@ -30,6 +31,22 @@ pub struct LatencyView {
     /// The correlation window shows latency following in-flight while throughput does not:
     /// our concurrency is queueing, whatever the queue estimate against the baseline says.
     pub self_queueing: bool,
+    /// The newest window's mean latency and the no-load mean, when the limit bound that
+    /// window and its p90 stayed in the baseline's band: where a queue is short, the p90
+    /// shows only part of it (see [`MeanLatency`]).
+    pub mean: Option<MeanLatency>,
+}
+
+/// A window's mean latency against the no-load mean, in nanoseconds. A wait adds to every
+/// latency alike, so it raises the mean by the same as the p90 but from a lower start: the
+/// mean shows the whole queue (Little's law), a short queue's p90 about the no-load
+/// mean-to-p90 ratio of it: 0.7 for service times spread as a lognormal of sigma 0.3.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MeanLatency {
+    /// The newest window's mean latency.
+    pub latest: f64,
+    /// The no-load mean: the baseline times the mean-to-p90 ratio of windows with no queue.
+    pub baseline: f64,
 }
 
 /// What one closed window tells an algorithm.

@@ -44,8 +44,21 @@ impl LimitAlgorithm for Vegas {
         let log = netflix_log10(limit);
         let (alpha, beta) = (3.0 * log, 6.0 * log);
         let step = log;
-        let queue = |rtt: f64| limit * (1.0 - latency.baseline / rtt.max(1.0)).max(0.0);
+        let queue_at = |rtt: f64, baseline: f64| limit * (1.0 - baseline / rtt.max(1.0)).max(0.0);
+        let queue = |rtt: f64| queue_at(rtt, latency.baseline);
+        // The mean shows a short queue whole where the p90 shows part of it; it cuts when
+        // it reads more than beta. Under beta it is left out: the no-load mean is the
+        // baseline's share, with the baseline's error, and a baseline healed a few per cent
+        // low read from the mean held a limit under the capacity.
+        let by_mean = latency
+            .mean
+            .map_or(0.0, |mean| queue_at(mean.latest, mean.baseline));
         let settled = queue(latency.smoothed);
+        let settled = if by_mean > beta {
+            settled.max(by_mean)
+        } else {
+            settled
+        };
         let fresh = queue(latency.smoothed.max(latency.latest));
         let proposed = if settled > beta {
             limit - (SHRINK_GAIN * (settled - beta)).max(step)
@@ -68,7 +81,7 @@ fn netflix_log10(limit: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algorithms::LatencyView;
+    use crate::algorithms::{LatencyView, MeanLatency};
 
     fn verdict(smoothed: f64, latest: f64, baseline: f64) -> Verdict {
         Verdict {
@@ -79,6 +92,7 @@ mod tests {
                 latest,
                 baseline,
                 self_queueing: false,
+                mean: None,
             }),
         }
     }
@@ -117,6 +131,32 @@ mod tests {
     fn a_long_queue_shrinks_by_half_the_excess() {
         // queue = 100 x (1 - 10/20) = 50, excess over beta = 38.
         assert_eq!(Vegas.next_limit(100.0, &verdict(20.0, 20.0, 10.0)), 81.0);
+    }
+
+    fn with_mean(p90: f64, mean: f64, mean_baseline: f64) -> Verdict {
+        let mut v = verdict(p90, p90, 10.0);
+        if let Some(latency) = v.latency.as_mut() {
+            latency.mean = Some(MeanLatency {
+                latest: mean,
+                baseline: mean_baseline,
+            });
+        }
+        v
+    }
+
+    #[test]
+    fn a_queue_the_mean_shows_over_beta_cuts_where_the_p90_shows_it_in_the_band() {
+        // By the p90, 120 x (1 - 10/11) = 10.9 of beta 12: holds. By the mean,
+        // 120 x (1 - 7/8.4) = 20, excess over beta 8: shrinks by 4.
+        assert_eq!(Vegas.next_limit(120.0, &verdict(11.0, 11.0, 10.0)), 120.0);
+        let next = Vegas.next_limit(120.0, &with_mean(11.0, 8.4, 7.0));
+        assert!((next - 116.0).abs() < 1e-9, "{next}");
+    }
+
+    #[test]
+    fn a_mean_under_beta_leaves_the_p90_to_decide() {
+        // By the mean, 60 x (1 - 7/7.5) = 4 of beta 6; by the p90 nothing queues: grows.
+        assert_eq!(Vegas.next_limit(60.0, &with_mean(10.0, 7.5, 7.0)), 66.0);
     }
 
     #[test]
