@@ -191,7 +191,6 @@ impl<A: LimitAlgorithm> DestinationController<A> {
         let sustained = self.filter.recent_max().unwrap_or(smoothed);
         let mut baseline = self.baseline.observe(
             p90,
-            smoothed,
             sustained,
             point,
             warming_up,
