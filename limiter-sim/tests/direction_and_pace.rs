@@ -52,8 +52,8 @@ fn within(trace: &Trace, (from_s, to_s): (f64, f64), lo: f64, hi: f64) {
 }
 
 /// Over seeds 1 to 5. Not every seed holds: a baseline learned a few percent high leaves the
-/// limit at 121 to 130 (seeds 14, 15 and 20 of the first twenty; docs/simulation.md has the
-/// rate over 200 seeds of the scenario).
+/// limit at up to 131 (seeds 15 and 20 of the first twenty; docs/simulation.md has the rate
+/// over 200 seeds of the converge scenario).
 #[test]
 fn converges_to_capacity_and_holds_within_20_percent() {
     settles_within(100, saturating(), 80.0, 120.0);
