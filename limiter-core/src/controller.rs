@@ -1,6 +1,7 @@
 //! One destination's control loop: windows -> p90 -> median-of-5 -> smoothing -> baseline ->
 //! algorithm -> growth guards -> bounds.
 
+use crate::abandoned::Abandoned;
 use crate::algorithms::{
     AnyAlgorithm, LatencyView, LimitAlgorithm, MeanLatency, Verdict, BACKGROUND_ERRORS,
 };
@@ -55,7 +56,16 @@ pub struct DestinationController<A = AnyAlgorithm> {
     /// Until this time the limit is the upper bound (see [`Controller::update`]); 0 once it
     /// has passed (a plain `u64`, not an `Option`: a controller stays under 4 KiB).
     first_word_at: u64,
+    /// An answer this slow or slower is a slowdown's (the baseline times [`ELEVATED`]);
+    /// `u64::MAX` while there is no baseline.
+    slow_from_ns: u64,
+    /// Requests given up on that the upstream is still serving (see [`Abandoned`]).
+    abandoned: Abandoned,
+    /// The limit less what the abandoned requests hold, while the answers are slow.
     published: u32,
+    /// The newest answer took [`DestinationController::slow_from_ns`] or longer: the
+    /// upstream is slow now, and the requests given up on are still in its queue.
+    answers_slow: bool,
     /// The baseline has been published once: the first learning is over, and slow start's
     /// state is no longer touched.
     learned: bool,
@@ -110,6 +120,9 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             smoothing: cfg.pipeline.latency_smoothing,
             limit: f64::from(limits.initial),
             published: limits.max,
+            slow_from_ns: u64::MAX,
+            abandoned: Abandoned::default(),
+            answers_slow: false,
             windows: Windows::new(cfg.pipeline, now_ns),
             filter: LatencyFilter::new(cfg.pipeline.latency_smoothing),
             baseline: Baseline::default(),
@@ -367,12 +380,25 @@ impl<A: LimitAlgorithm> DestinationController<A> {
 
     fn set_limit(&mut self, limit: f64) {
         self.limit = limit.clamp(f64::from(self.limits.min), f64::from(self.limits.max));
-        self.published = self.limit.round() as u32;
+    }
+
+    /// Publishes the limit, less the slots requests given up on still hold at a slow
+    /// upstream; once answers are fast again, they have been served.
+    fn publish(&mut self, now_ns: u64) -> u32 {
+        let held = if self.answers_slow {
+            self.abandoned.held(now_ns)
+        } else {
+            0.0
+        };
+        let floor = f64::from(self.limits.min);
+        self.published = (self.limit - held).max(floor).round() as u32;
+        self.published
     }
 }
 
 impl<A: LimitAlgorithm> Controller for DestinationController<A> {
     fn on_sample(&mut self, now_ns: u64, latency_ns: u64, inflight: u32) {
+        self.answers_slow = latency_ns >= self.slow_from_ns;
         if now_ns.saturating_sub(latency_ns) >= self.fresh_from_ns {
             self.windows.record_sample(latency_ns, inflight);
         }
@@ -397,6 +423,7 @@ impl<A: LimitAlgorithm> Controller for DestinationController<A> {
             Outcome::HungUp { .. } => Outcome::Error,
             Outcome::GaveUp { waited_ns } => {
                 let stale = now_ns.saturating_sub(waited_ns) < self.cut_at_ns;
+                self.abandoned.give_up(now_ns);
                 self.windows.record_gave_up(waited_ns, stale);
                 Outcome::Timeout
             }
@@ -423,6 +450,10 @@ impl<A: LimitAlgorithm> Controller for DestinationController<A> {
         }
         if let Some(window) = self.windows.close_if_due(now_ns) {
             self.close(window, now_ns);
+            self.slow_from_ns = self
+                .baseline
+                .value()
+                .map_or(u64::MAX, |b| (ELEVATED * b) as u64);
             // Only a window's close publishes a baseline.
             if !self.learned && self.baseline.value().is_some() {
                 self.learned = true;
@@ -430,7 +461,7 @@ impl<A: LimitAlgorithm> Controller for DestinationController<A> {
             }
         }
         if self.learned {
-            return self.published; // slow start is over
+            return self.publish(now_ns); // slow start is over
         }
         let windows = &self.windows;
         let median = || windows.median().unwrap_or(0.0);
@@ -446,7 +477,7 @@ impl<A: LimitAlgorithm> Controller for DestinationController<A> {
                 self.fresh_from_ns = now_ns;
             }
         }
-        self.published
+        self.publish(now_ns)
     }
 
     fn limit(&self) -> u32 {
@@ -522,7 +553,8 @@ mod tests {
         limit
     }
 
-    /// Seconds from a twentyfold step of the latency to the first cut under 20, with a
+    /// Seconds from a twentyfold step of the latency to the first cut of the limit of 20
+    /// under 15 (the slot a timeout holds for a while is not a cut), with a
     /// timeout every second after the step (of a request that waited `timeouts_after_ms`)
     /// or none, and the p90 reported with the cut.
     fn first_cut_after_a_step(timeouts_after_ms: Option<u64>) -> (f64, u64) {
@@ -538,7 +570,7 @@ mod tests {
                 c.on_outcome(now, Outcome::GaveUp { waited_ns });
             }
             let l = c.update(now);
-            if l < 20 {
+            if l < 15 {
                 return ((i - step) as f64 / 100.0, c.p90_ns().unwrap_or(0));
             }
         }
@@ -569,6 +601,43 @@ mod tests {
             fresh.0,
             clean.0
         );
+    }
+
+    #[test]
+    fn requests_given_up_on_hold_their_slots_while_the_answers_are_slow() {
+        let cfg = ControlConfig::new(Algorithm::Vegas);
+        let mut c = DestinationController::new(&cfg, 0);
+        let mut now = 0;
+        for i in 0..6_000 {
+            now = i * 10 * MS;
+            c.on_sample(now, (50 + i % 7) * MS, 30);
+            c.update(now);
+        }
+        let limit = c.limit();
+        assert!(limit > 20, "{limit}");
+        // No window closes within the next millisecond: only the held slots move the limit.
+        let soon = now + MS;
+        for _ in 0..10 {
+            c.on_outcome(
+                soon,
+                Outcome::GaveUp {
+                    waited_ns: 2_000 * MS,
+                },
+            );
+        }
+        assert_eq!(
+            c.update(soon),
+            limit,
+            "answers are fast: the upstream served them"
+        );
+        c.on_sample(soon, 1_000 * MS, 30);
+        assert_eq!(
+            c.update(soon),
+            limit - 10,
+            "a slow upstream still holds them"
+        );
+        c.on_sample(soon, 50 * MS, 30);
+        assert_eq!(c.update(soon), limit, "answers are fast again");
     }
 
     /// A window of `latency_ms` answers that all took the same time, bound by the limit.

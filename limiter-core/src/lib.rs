@@ -8,6 +8,7 @@
 //! -> a baseline that heals on evidence -> one [`LimitAlgorithm`] -> growth guards -> bounds.
 //! The rules, their defaults and provenance, and the measured costs are in `docs/control.md`.
 
+mod abandoned;
 pub mod algorithms;
 mod baseline;
 pub mod config;
