@@ -36,6 +36,9 @@ const ONSET: f64 = 3.0;
 /// serves times its service time (BBR's congestion window over its bandwidth-delay
 /// product): enough queue to keep its workers busy, and no more.
 const BDP_GAIN: f64 = 1.15;
+/// Answers running at a slowdown's latency that show the upstream slow now: one can be a
+/// straggler, queued before the upstream recovered, answered after.
+const SLOW_ANSWERS: u8 = 3;
 /// How long a new destination's traffic is watched before its limit starts: a burst on
 /// attach (a proxy's connection per client request) has its answers by then.
 const FIRST_WORD_NS: u64 = 100_000_000;
@@ -56,16 +59,17 @@ pub struct DestinationController<A = AnyAlgorithm> {
     /// Until this time the limit is the upper bound (see [`Controller::update`]); 0 once it
     /// has passed (a plain `u64`, not an `Option`: a controller stays under 4 KiB).
     first_word_at: u64,
-    /// An answer this slow or slower is a slowdown's (the baseline times [`ELEVATED`]);
-    /// `u64::MAX` while there is no baseline.
+    /// An answer this slow or slower is a slowdown's: the baseline times [`ELEVATED`], the
+    /// baseline from before the slowdown while it is followed; `u64::MAX` while there is no
+    /// baseline.
     slow_from_ns: u64,
     /// Requests given up on that the upstream is still serving (see [`Abandoned`]).
     abandoned: Abandoned,
     /// The limit less what the abandoned requests hold, while the answers are slow.
     published: u32,
-    /// The newest answer took [`DestinationController::slow_from_ns`] or longer: the
-    /// upstream is slow now, and the requests given up on are still in its queue.
-    answers_slow: bool,
+    /// The newest answers running that took [`DestinationController::slow_from_ns`] or
+    /// longer (saturating).
+    slow_answers: u8,
     /// The baseline has been published once: the first learning is over, and slow start's
     /// state is no longer touched.
     learned: bool,
@@ -122,7 +126,7 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             published: limits.max,
             slow_from_ns: u64::MAX,
             abandoned: Abandoned::default(),
-            answers_slow: false,
+            slow_answers: 0,
             windows: Windows::new(cfg.pipeline, now_ns),
             filter: LatencyFilter::new(cfg.pipeline.latency_smoothing),
             baseline: Baseline::default(),
@@ -227,6 +231,7 @@ impl<A: LimitAlgorithm> DestinationController<A> {
                     .saturation(baseline, (window.mean_latency_ns, p90))
             })
             .flatten();
+        let began = saturation.is_some();
         if let Some(saturation) = saturation {
             self.flat_windows = 0;
             // The upstream saturated when we sent more, and below our cut its latency
@@ -261,12 +266,16 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             if self.baseline.mean_ignored_a_trim() {
                 following.serves_in(mean);
             }
-            // Its peak in-flight: see `Steps::observe`.
-            following.observe_steps(
-                f64::from(window.peak_inflight),
-                window.waited_share,
-                point.bound,
-            );
+            // Its peak in-flight: see `Steps::observe`. The window the follow began with
+            // still holds the onset's queue draining, whose waits read fewer workers than
+            // there are (and a count only falls).
+            if !began {
+                following.observe_steps(
+                    f64::from(window.peak_inflight),
+                    window.waited_share,
+                    point.bound,
+                );
+            }
             // Followed, the queue is read from the window's mean against the service time:
             // a mean over fifty answers varies by a few per cent, a p90 by two or three
             // times that, which at a limit near the workers is Vegas's whole band.
@@ -382,10 +391,10 @@ impl<A: LimitAlgorithm> DestinationController<A> {
         self.limit = limit.clamp(f64::from(self.limits.min), f64::from(self.limits.max));
     }
 
-    /// Publishes the limit, less the slots requests given up on still hold at a slow
-    /// upstream; once answers are fast again, they have been served.
+    /// Publishes the limit, less the slots requests given up on still hold at an upstream
+    /// that answers slowly now; once its answers are fast again, they have been served.
     fn publish(&mut self, now_ns: u64) -> u32 {
-        let held = if self.answers_slow {
+        let held = if self.slow_answers >= SLOW_ANSWERS {
             self.abandoned.held(now_ns)
         } else {
             0.0
@@ -398,7 +407,11 @@ impl<A: LimitAlgorithm> DestinationController<A> {
 
 impl<A: LimitAlgorithm> Controller for DestinationController<A> {
     fn on_sample(&mut self, now_ns: u64, latency_ns: u64, inflight: u32) {
-        self.answers_slow = latency_ns >= self.slow_from_ns;
+        self.slow_answers = if latency_ns >= self.slow_from_ns {
+            self.slow_answers.saturating_add(1)
+        } else {
+            0
+        };
         if now_ns.saturating_sub(latency_ns) >= self.fresh_from_ns {
             self.windows.record_sample(latency_ns, inflight);
         }
@@ -450,10 +463,12 @@ impl<A: LimitAlgorithm> Controller for DestinationController<A> {
         }
         if let Some(window) = self.windows.close_if_due(now_ns) {
             self.close(window, now_ns);
-            self.slow_from_ns = self
-                .baseline
-                .value()
-                .map_or(u64::MAX, |b| (ELEVATED * b) as u64);
+            if self.following.is_none() {
+                self.slow_from_ns = self
+                    .baseline
+                    .value()
+                    .map_or(u64::MAX, |b| (ELEVATED * b) as u64);
+            }
             // Only a window's close publishes a baseline.
             if !self.learned && self.baseline.value().is_some() {
                 self.learned = true;
@@ -618,12 +633,8 @@ mod tests {
         // No window closes within the next millisecond: only the held slots move the limit.
         let soon = now + MS;
         for _ in 0..10 {
-            c.on_outcome(
-                soon,
-                Outcome::GaveUp {
-                    waited_ns: 2_000 * MS,
-                },
-            );
+            let waited_ns = 2_000 * MS;
+            c.on_outcome(soon, Outcome::GaveUp { waited_ns });
         }
         assert_eq!(
             c.update(soon),
@@ -631,6 +642,10 @@ mod tests {
             "answers are fast: the upstream served them"
         );
         c.on_sample(soon, 1_000 * MS, 30);
+        assert_eq!(c.update(soon), limit, "one slow answer can be a straggler");
+        for _ in 0..2 {
+            c.on_sample(soon, 1_000 * MS, 30);
+        }
         assert_eq!(
             c.update(soon),
             limit - 10,

@@ -191,7 +191,12 @@ impl Saturation {
     /// than the upstream served there (workers added, or a capacity first seen from below):
     /// that in-flight bounds it no more, and this window's takes its place and restarts the
     /// average served. A window serving the saturation otherwise joins that average.
+    /// A window whose mean is under [`SPED_UP`] of the service time straddles the upstream's
+    /// recovery (its p90 still the slow answers'): it shows nothing of the saturation.
     pub fn observe(&mut self, inflight: f64, throughput: f64, mean_latency: f64) {
+        if mean_latency < SPED_UP * self.service_mean() {
+            return;
+        }
         let (inflight, throughput) = (inflight as f32, throughput as f32);
         self.service_mean = self.service_mean.min(mean_latency as f32);
         self.throughput = self.throughput.max(throughput);
@@ -215,6 +220,8 @@ impl Saturation {
     }
 }
 
+/// A mean latency under this share of the service time is the upstream fast again.
+const SPED_UP: f64 = 0.5;
 /// Windows whose throughput the capacity averages, the older ones fading.
 const SERVED_WINDOWS: f32 = 8.0;
 
@@ -723,6 +730,17 @@ mod tests {
     /// with 24 in flight; at 28 in flight the upstream then served 34/s, so 24 did not
     /// saturate it, and a limit held under 1.15x a capacity of 24 would stay at 28 on 32
     /// workers for the rest of the incident.
+    #[test]
+    fn a_window_straddling_the_recovery_leaves_the_capacity_alone() {
+        // Recovery seed 161: 460 answers in 2 s at a mean of 140 ms, most of them fast, read
+        // as saturation a capacity of 230 x 0.14 s = 32 that cut a limit of 38.8 to 37.
+        let mut s = Saturation::new(42.0, 0.81e9, (34.5, 42.0), (41.0, 8.0));
+        let before = s.capacity();
+        s.observe(22.6, 230.0, 0.14e9);
+        assert_eq!(s.capacity(), before);
+        assert_eq!(s.service_mean(), 0.81e9);
+    }
+
     #[test]
     fn a_window_under_the_saturation_forgets_the_in_flight_that_saturated() {
         let mut s = Saturation::new(39.5, 0.81e9, (24.0, 39.5), (39.5, 1.0));
