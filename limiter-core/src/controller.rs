@@ -59,15 +59,16 @@ pub struct DestinationController<A = AnyAlgorithm> {
     /// Until this time the limit is the upper bound (see [`Controller::update`]); 0 once it
     /// has passed (a plain `u64`, not an `Option`: a controller stays under 4 KiB).
     first_word_at: u64,
-    /// An answer this slow or slower is a slowdown's: the baseline times [`ELEVATED`], the
-    /// baseline from before the slowdown while it is followed; `u64::MAX` while there is no
-    /// baseline.
-    slow_from_ns: u64,
-    /// Requests given up on that the upstream is still serving (see [`Abandoned`]).
-    abandoned: Abandoned,
     /// The limit less what the abandoned requests hold, while the answers are slow.
     published: u32,
-    /// The newest answers running that took [`DestinationController::slow_from_ns`] or
+    /// An answer this slow or slower, in microseconds, is a slowdown's: the baseline times
+    /// [`ELEVATED`], the baseline from before the slowdown while it is followed; `u32::MAX`
+    /// (71 minutes) while there is no baseline. (Not nanoseconds in a `u64`: a controller
+    /// stays under 4 KiB.)
+    slow_from_us: u32,
+    /// Requests given up on that the upstream is still serving (see [`Abandoned`]).
+    abandoned: Abandoned,
+    /// The newest answers running that took [`DestinationController::slow_from_us`] or
     /// longer (saturating).
     slow_answers: u8,
     /// The baseline has been published once: the first learning is over, and slow start's
@@ -124,7 +125,7 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             smoothing: cfg.pipeline.latency_smoothing,
             limit: f64::from(limits.initial),
             published: limits.max,
-            slow_from_ns: u64::MAX,
+            slow_from_us: u32::MAX,
             abandoned: Abandoned::default(),
             slow_answers: 0,
             windows: Windows::new(cfg.pipeline, now_ns),
@@ -394,8 +395,9 @@ impl<A: LimitAlgorithm> DestinationController<A> {
     /// Publishes the limit, less the slots requests given up on still hold at an upstream
     /// that answers slowly now; once its answers are fast again, they have been served.
     fn publish(&mut self, now_ns: u64) -> u32 {
+        let held = self.abandoned.held(now_ns);
         let held = if self.slow_answers >= SLOW_ANSWERS {
-            self.abandoned.held(now_ns)
+            held
         } else {
             0.0
         };
@@ -407,7 +409,7 @@ impl<A: LimitAlgorithm> DestinationController<A> {
 
 impl<A: LimitAlgorithm> Controller for DestinationController<A> {
     fn on_sample(&mut self, now_ns: u64, latency_ns: u64, inflight: u32) {
-        self.slow_answers = if latency_ns >= self.slow_from_ns {
+        self.slow_answers = if latency_ns / 1_000 >= u64::from(self.slow_from_us) {
             self.slow_answers.saturating_add(1)
         } else {
             0
@@ -464,10 +466,10 @@ impl<A: LimitAlgorithm> Controller for DestinationController<A> {
         if let Some(window) = self.windows.close_if_due(now_ns) {
             self.close(window, now_ns);
             if self.following.is_none() {
-                self.slow_from_ns = self
+                self.slow_from_us = self
                     .baseline
                     .value()
-                    .map_or(u64::MAX, |b| (ELEVATED * b) as u64);
+                    .map_or(u32::MAX, |b| (ELEVATED * b / 1e3) as u32);
             }
             // Only a window's close publishes a baseline.
             if !self.learned && self.baseline.value().is_some() {

@@ -101,10 +101,31 @@ impl WindowSummary {
     }
 }
 
+/// What of the pipeline a window reads: the rest of it is the controller's, and a
+/// controller stays under 4 KiB.
+#[derive(Clone, Copy, Debug)]
+struct Rules {
+    min_window_ns: u64,
+    max_window_ns: u64,
+    min_samples: u32,
+    quantile: f64,
+}
+
+impl From<Pipeline> for Rules {
+    fn from(p: Pipeline) -> Self {
+        Rules {
+            min_window_ns: p.min_window_ns,
+            max_window_ns: p.max_window_ns,
+            min_samples: p.min_samples,
+            quantile: p.quantile,
+        }
+    }
+}
+
 /// The open window plus the latencies that outlive it (for thin windows).
 ///
 /// In declaration order (`repr(C)`): what every sample and update tick reads, the counters,
-/// the pipeline and the ring, comes first, and the histogram, which only windows too large
+/// the rules and the ring, comes first, and the histogram, which only windows too large
 /// for the ring touch, last (see [`crate::DestinationController`]).
 #[derive(Clone, Debug)]
 #[repr(C)]
@@ -121,7 +142,7 @@ pub struct Windows {
     stale_timeouts: u32,
     peak_inflight: u32,
     sheds: u32,
-    pipeline: Pipeline,
+    rules: Rules,
     recent: SampleRing,
     histogram: LogHistogram,
 }
@@ -132,8 +153,12 @@ impl Windows {
 
     /// Opens the first window at `now_ns`.
     pub fn new(pipeline: Pipeline, now_ns: u64) -> Self {
+        Windows::with_rules(Rules::from(pipeline), now_ns)
+    }
+
+    fn with_rules(rules: Rules, now_ns: u64) -> Self {
         Windows {
-            pipeline,
+            rules,
             recent: SampleRing::default(),
             histogram: LogHistogram::default(),
             start_ns: now_ns,
@@ -153,7 +178,7 @@ impl Windows {
 
     /// Forgets everything, the sample ring too, and opens a window at `now_ns`.
     pub fn restart(&mut self, now_ns: u64) {
-        *self = Windows::new(self.pipeline, now_ns);
+        *self = Windows::with_rules(self.rules, now_ns);
     }
 
     /// Adds a latency sample taken with `inflight` requests outstanding at its start.
@@ -226,7 +251,7 @@ impl Windows {
     }
 
     fn is_due(&self, elapsed_ns: u64) -> bool {
-        let p = &self.pipeline;
+        let p = &self.rules;
         if elapsed_ns >= p.max_window_ns {
             return true;
         }
@@ -246,7 +271,7 @@ impl Windows {
         if self.samples == 0 {
             return (None, 0);
         }
-        let p = self.pipeline.quantile;
+        let p = self.rules.quantile;
         if self.outgrows_the_ring() {
             (self.histogram.quantile(p), self.samples)
         } else {
@@ -281,7 +306,7 @@ impl Windows {
 
     /// The latencies the p90 rests on: the window's, or at least the last `min_samples`.
     fn span(&self) -> usize {
-        (self.samples as usize).max(self.pipeline.min_samples as usize)
+        (self.samples as usize).max(self.rules.min_samples as usize)
     }
 
     /// Whether the p90 needs more latencies than the ring holds: the histogram's then.
