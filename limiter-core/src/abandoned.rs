@@ -24,6 +24,8 @@ pub const HOLD_NS: f64 = 500_000_000.0;
 pub struct Abandoned {
     /// When `held` was last brought up to date, in milliseconds of the monotonic clock,
     /// wrapping every 49 days: brought up to date at every update tick, it is never that old.
+    /// A time before it (a timeout stamped by the kernel before the tick that preceded its
+    /// reading) fades nothing and leaves it where it is.
     at_ms: u32,
     held: f32,
 }
@@ -43,8 +45,13 @@ impl Abandoned {
 
     fn fade(&mut self, now_ns: u64) {
         let now_ms = (now_ns / 1_000_000) as u32;
+        // Read as signed, a wrapped clock still reads forward and an earlier time backward.
+        let elapsed_ms = now_ms.wrapping_sub(self.at_ms) as i32;
+        if elapsed_ms <= 0 {
+            return;
+        }
         if self.held > 0.0 {
-            let elapsed_ns = f64::from(now_ms.wrapping_sub(self.at_ms)) * 1e6;
+            let elapsed_ns = f64::from(elapsed_ms) * 1e6;
             self.held = (f64::from(self.held) * (-elapsed_ns / HOLD_NS).exp()) as f32;
         }
         self.at_ms = now_ms;
@@ -75,6 +82,16 @@ mod tests {
             "{after_hold}"
         );
         assert!(a.held(6_000 * MS) < 0.01);
+    }
+
+    #[test]
+    fn a_timeout_stamped_before_the_last_tick_fades_nothing() {
+        let mut a = Abandoned::default();
+        a.give_up(1_000 * MS);
+        assert!((a.held(1_100 * MS) - (-0.2f64).exp()).abs() < 1e-3);
+        a.give_up(1_090 * MS);
+        let held = a.held(1_100 * MS);
+        assert!((held - (1.0 + (-0.2f64).exp())).abs() < 1e-3, "{held}");
     }
 
     #[test]
