@@ -268,9 +268,10 @@ impl<A: LimitAlgorithm> DestinationController<A> {
                 following.serves_in(mean);
             }
             // Its peak in-flight: see `Steps::observe`. The window the follow began with
-            // still holds the onset's queue draining, whose waits read fewer workers than
-            // there are (and a count only falls).
-            if !began {
+            // still holds the onset's queue draining, and one whose peak is over the limit
+            // began before a cut: their waits are a higher level's, and read fewer workers
+            // than there are (and a count only falls).
+            if !began && f64::from(window.peak_inflight) <= self.limit.round() {
                 following.observe_steps(
                     f64::from(window.peak_inflight),
                     window.waited_share,

@@ -240,9 +240,14 @@ const SATURATING: f64 = 0.9;
 /// Windows back in which a lowering of in-flight by [`FLAT_CUT`] is looked for...
 const FLAT_WINDOWS: usize = 5;
 const FLAT_CUT: f64 = 0.75;
-/// ...that left the latency at least at this share of what it was...
+/// ...that left the latency at least at this share of what it was.
 const FLAT_LATENCY: f64 = 0.85;
-/// ...or the throughput at most at this share.
+/// A lowering of in-flight by [`STARVED_CUT`] that throughput followed by
+/// [`STARVED_ELASTICITY`] (log-log), or fell to [`STARVED`] with, at no lower mean latency:
+/// the upstream was below saturation. A trim of 15 %, not only a cut of 25 %: after the
+/// onset's cuts the limit comes down by trims while the windows drain the onset's queue.
+const STARVED_CUT: f64 = 0.85;
+const STARVED_ELASTICITY: f64 = 0.8;
 const STARVED: f64 = 0.8;
 
 /// Windows back in which a lowering of in-flight by [`TRIM_CUT`]... (Vegas trims a limit
@@ -411,12 +416,19 @@ impl Evidence {
         })
     }
 
-    /// Whether the limit lowered in-flight in the newest windows and throughput fell with it:
-    /// below saturation, so no queue of ours is left in the latency.
+    /// Whether the limit lowered in-flight in the newest windows, throughput fell with it and
+    /// the mean latency did not: below saturation, so no queue of ours is left in the latency.
+    /// A cut of [`STARVED_CUT`] or more counts when throughput fell by [`STARVED_ELASTICITY`]
+    /// of it (log-log) or to [`STARVED`], whichever is less. A window with a lower mean
+    /// before the cut straddled the upstream's own change (capacity halved within it).
     pub fn throughput_followed_a_cut(&self) -> bool {
         let fell = (1.0 / STARVED).ln() as f32;
-        self.after_a_cut(FLAT_WINDOWS, FLAT_CUT, |before, newest| {
-            before.throughput >= newest.throughput + fell
+        let elasticity = STARVED_ELASTICITY as f32;
+        self.after_a_cut(FLAT_WINDOWS, STARVED_CUT, |before, newest| {
+            let cut = before.inflight - newest.inflight;
+            newest.mean_latency.is_finite()
+                && before.mean_latency >= newest.mean_latency
+                && before.throughput - newest.throughput >= fell.min(elasticity * cut)
         })
     }
 
@@ -539,6 +551,33 @@ mod tests {
         let mut saturated = Evidence::default();
         upstream(&mut saturated, &[120.0, 60.0], 1e9, 30.0);
         assert!(!saturated.throughput_followed_a_cut(), "still at capacity");
+    }
+
+    /// Trims of 15 % under the workers: throughput follows in-flight, the mean stays.
+    #[test]
+    fn throughput_following_a_trim_under_the_workers_is_starvation() {
+        let mut trimmed = Evidence::default();
+        upstream(&mut trimmed, &[28.0, 23.0], 0.85e9, 32.0);
+        assert!(
+            trimmed.throughput_followed_a_cut(),
+            "28 -> 23 under 32 workers"
+        );
+        let mut queued = Evidence::default();
+        upstream(&mut queued, &[40.0, 34.0], 0.85e9, 32.0);
+        assert!(
+            !queued.throughput_followed_a_cut(),
+            "40 -> 34 over 32 workers"
+        );
+    }
+
+    /// A window holding the answers from before the capacity halved served more, faster:
+    /// its throughput is the old regime's, not one the cut lost.
+    #[test]
+    fn a_window_from_before_the_upstreams_change_is_no_starvation() {
+        let mut e = Evidence::default();
+        upstream(&mut e, &[112.0], 0.6e9, 100.0);
+        upstream(&mut e, &[86.0], 0.6e9, 50.0);
+        assert!(!e.throughput_followed_a_cut());
     }
 
     /// The limit trimmed by one or two a window, from 90 to 70: under the workers the mean
