@@ -36,6 +36,11 @@ const ONSET: f64 = 3.0;
 /// serves times its service time (BBR's congestion window over its bandwidth-delay
 /// product): enough queue to keep its workers busy, and no more.
 const BDP_GAIN: f64 = 1.15;
+/// A window whose mean in-flight ran over this multiple of its limit was still draining the
+/// queue a cut left behind: its answers waited in that queue, so its mean reads the service
+/// time high, and times its throughput reads its own in-flight back as the capacity
+/// (Little's law). A follow begins from a window that measured the new level instead.
+const DRAINING: f64 = 1.35;
 /// Answers running at a slowdown's latency that show the upstream slow now: one can be a
 /// straggler, queued before the upstream recovered, answered after.
 const SLOW_ANSWERS: u8 = 3;
@@ -225,8 +230,10 @@ impl<A: LimitAlgorithm> DestinationController<A> {
         // latency remains is its own; unless timeouts took the throughput.
         let starved =
             elevated && !window.timeouts_censor() && self.baseline.throughput_followed_a_cut();
-        // The saturation is only looked for once a sign says the latency is the upstream's.
-        let saturation = (self.flat_windows >= FLAT_WINDOWS || starved)
+        // The saturation is only looked for once a sign says the latency is the upstream's,
+        // and in a window that measured the limit it had.
+        let draining = window.mean_inflight > DRAINING * self.limit;
+        let saturation = (!draining && (self.flat_windows >= FLAT_WINDOWS || starved))
             .then(|| {
                 self.baseline
                     .saturation(baseline, (window.mean_latency_ns, p90))

@@ -28,3 +28,15 @@ fn the_robust_scenarios_pass_on_200_seeds() {
     let failures = sweep(&chosen, &AlgorithmChoice::default(), 1..=SEEDS).expect("runs");
     assert!(failures.is_empty(), "{failures:#?}");
 }
+
+/// Seeds whose incident follows began on a window still draining the onset's queue (51.5 and
+/// 49.6 in flight under limits of 29 and 30), took a service time 21 and 56 % high from it,
+/// and held in-flight at 1.4 and 1.8x the workers.
+#[test]
+fn the_incident_follows_from_a_window_that_measured_its_limit() {
+    let incident = scenarios::find("incident").expect("a known scenario");
+    for seed in [178, 211] {
+        let failures = sweep(&[incident], &AlgorithmChoice::default(), seed..=seed).expect("runs");
+        assert!(failures.is_empty(), "{failures:#?}");
+    }
+}
