@@ -28,7 +28,7 @@ pub struct Options {
     #[arg(long, requires = "kernels")]
     pub systemd_unit: bool,
     /// Seconds a VM may run before it is taken as hung and stopped.
-    #[arg(long, default_value_t = 1800, value_name = "SECONDS")]
+    #[arg(long, default_value_t = 2400, value_name = "SECONDS")]
     pub vm_timeout: u64,
 }
 
@@ -37,7 +37,7 @@ pub fn test(options: &Options) -> Result<()> {
     let mut failed = Vec::new();
     for spec in &options.kernels {
         if let Err(e) = test_on(spec, &built, options) {
-            eprintln!("Error: kernel {spec}: {e:?}");
+            eprintln!("Error: kernel {spec}: {e:#}");
             failed.push(spec.as_str());
         }
     }
@@ -57,16 +57,23 @@ fn test_on(spec: &str, built: &Built, options: &Options) -> Result<()> {
         std::fs::write(&path, script)
             .with_context(|| format!("cannot write {}", path.display()))?;
         println!("=== {name} on {}", image.display());
+        let log = dir.join(format!("{name}.log"));
         Guest {
             image: &image,
             systemd,
             timeout,
         }
-        .run(
-            &format!("sh {}", path.display()),
-            &dir.join(format!("{name}.log")),
-        )
-        .with_context(|| format!("{name} failed"))
+        .run(&format!("sh {}", path.display()), &log)
+        .map_err(|e| {
+            // The digest last: a CI log is often read from its tail.
+            let digest: String = std::fs::read_to_string(&log)
+                .map(|text| guest::digest(&text))
+                .unwrap_or_default()
+                .iter()
+                .map(|l| format!("\n  {l}"))
+                .collect();
+            anyhow!("{name} failed: {e:#}{digest}")
+        })
     };
     let tests = run("kernel-tests", false, guest::script(&built.harnesses));
     if !options.systemd_unit {
