@@ -14,7 +14,7 @@ use crate::guard::GrowthGuard;
 use crate::recovery::{Recovery, WindowView};
 use crate::slow_start::SlowStart;
 use crate::window::{WindowSummary, Windows};
-use crate::{Controller, Outcome};
+use crate::{Controller, Outcome, WindowReport};
 
 /// The smoothed latency counts as settled when within this share of the median.
 const SETTLED: f64 = 0.1;
@@ -396,6 +396,29 @@ impl<A: LimitAlgorithm> DestinationController<A> {
         }
     }
 
+    fn report(&self, window: &WindowSummary, now_ns: u64, limit_before: f64) -> WindowReport {
+        let following = self.following.as_ref();
+        WindowReport {
+            at_ns: now_ns,
+            duration_ns: window.duration_ns,
+            samples: window.samples,
+            errors: window.errors,
+            timeouts: window.timeouts,
+            sheds: window.sheds,
+            p90_ns: window.p90_ns,
+            mean_latency_ns: window.mean_latency_ns,
+            mean_inflight: window.mean_inflight,
+            peak_inflight: window.peak_inflight,
+            throughput: window.throughput(),
+            baseline_ns: self.baseline.value(),
+            service_ns: following.map(Saturation::service_mean),
+            capacity: following.map(Saturation::capacity),
+            workers: following.and_then(Saturation::in_step_workers),
+            limit_before,
+            limit: self.limit,
+        }
+    }
+
     fn set_limit(&mut self, limit: f64) {
         self.limit = limit.clamp(f64::from(self.limits.min), f64::from(self.limits.max));
     }
@@ -458,11 +481,15 @@ impl<A: LimitAlgorithm> Controller for DestinationController<A> {
         self.windows.record_outcome(outcome);
     }
 
+    fn update(&mut self, now_ns: u64) -> u32 {
+        self.update_reporting(now_ns, &mut |_| {})
+    }
+
     /// For its first 100 ms (`FIRST_WORD_NS`) a new destination refuses nothing below the upper
     /// bound: a burst on attach is traffic, not overload. The first update after that starts
     /// the limit at what that traffic was seen to hold (the highest in-flight a sample
     /// started at), and never under the initial limit.
-    fn update(&mut self, now_ns: u64) -> u32 {
+    fn update_reporting(&mut self, now_ns: u64, report: &mut dyn FnMut(&WindowReport)) -> u32 {
         if self.first_word_at > 0 {
             if now_ns < self.first_word_at {
                 return self.published;
@@ -472,7 +499,9 @@ impl<A: LimitAlgorithm> Controller for DestinationController<A> {
             self.set_limit(self.limit.max(seen));
         }
         if let Some(window) = self.windows.close_if_due(now_ns) {
+            let limit_before = self.limit;
             self.close(window, now_ns);
+            report(&self.report(&window, now_ns, limit_before));
             if self.following.is_none() {
                 self.slow_from_us = self
                     .baseline
@@ -557,6 +586,40 @@ mod tests {
         };
         assert_eq!(run(20_000), 20);
         assert!(run(1_000 * MS) < 20);
+    }
+
+    #[test]
+    fn every_closed_window_is_reported_with_the_limit_it_left() {
+        let cfg = ControlConfig::new(Algorithm::Vegas);
+        let mut c = DestinationController::new(&cfg, 0);
+        let mut reports = Vec::new();
+        let mut fed = 0;
+        for i in 0..12_000 {
+            let now = i * 10 * MS;
+            let factor = if i < 6_000 { 1 } else { 20 };
+            c.on_sample(now, (50 + i % 7) * MS * factor, 10);
+            fed += 1;
+            let mut closed = None;
+            let limit = c.update_reporting(now, &mut |r| closed = Some(*r));
+            if let Some(r) = closed {
+                assert_eq!(r.at_ns, now);
+                assert_eq!(r.limit.round() as u32, limit, "nothing abandoned is held");
+                reports.push(r);
+            }
+        }
+        let open: u64 = reports.iter().map(|r| r.duration_ns).sum();
+        assert!(
+            (110_000 * MS..=120_000 * MS).contains(&open),
+            "windows open {open} ns"
+        );
+        assert!(reports.windows(2).all(|w| w[1].limit_before == w[0].limit));
+        let reported: u32 = reports.iter().map(|r| r.samples).sum();
+        assert!(
+            reported <= fed && reported + 200 >= fed,
+            "{reported} of {fed} samples"
+        );
+        let fell = reports.iter().find(|r| r.limit < r.limit_before).unwrap();
+        assert!(fell.at_ns >= 60_000 * MS && fell.p90_ns.unwrap() > 20.0 * 50e6);
     }
 
     /// The limit after 60 s of answers of about 50 ms started with 10 in flight, then 60 s

@@ -19,6 +19,7 @@ mod filter;
 mod guard;
 pub mod quantile;
 mod recovery;
+mod report;
 mod slow_start;
 mod steps;
 mod window;
@@ -26,6 +27,7 @@ mod window;
 pub use algorithms::{AnyAlgorithm, LatencyView, LimitAlgorithm, MeanLatency, Verdict};
 pub use config::{Algorithm, ControlConfig, Limits, Pipeline, UnknownAlgorithm};
 pub use controller::DestinationController;
+pub use report::WindowReport;
 
 /// What happened to a request, besides a latency sample.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,6 +62,10 @@ pub trait Controller {
     fn on_connect(&mut self, _now_ns: u64, _inflight: u32) {}
     /// Called on the update timer (every 100 ms); returns the limit to enforce from now on.
     fn update(&mut self, now_ns: u64) -> u32;
+    /// As [`Controller::update`]; `report` hears of the window this update closed, if any.
+    fn update_reporting(&mut self, now_ns: u64, _report: &mut dyn FnMut(&WindowReport)) -> u32 {
+        self.update(now_ns)
+    }
     /// The limit last returned by [`Controller::update`] (the initial limit before that).
     fn limit(&self) -> u32;
     /// The no-load latency the controller currently believes in, if it has one.

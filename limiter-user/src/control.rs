@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use foldhash::HashMap;
 use limiter_common::{DestKey, DestPolicy};
-use limiter_core::{ControlConfig, Controller, DestinationController, Outcome};
+use limiter_core::{ControlConfig, Controller, DestinationController, Outcome, WindowReport};
 use tracing::debug;
 
 use crate::{
@@ -244,7 +244,9 @@ impl ControlLoop {
         for &slot in &self.awake {
             let m = &mut self.managed[slot as usize];
             let key = &m.key;
-            let limit = m.controller.update(now_ns);
+            let limit = m
+                .controller
+                .update_reporting(now_ns, &mut |w| log_window(key, w));
             let baseline_ns = m.controller.baseline_ns().unwrap_or(0);
             let p90_ns = m.controller.p90_ns().unwrap_or(0);
             // Most ticks close no window: nothing to compare, let alone to write.
@@ -417,6 +419,34 @@ impl ControlLoop {
     pub fn plan(&self) -> &ResolvedConfig {
         &self.plan
     }
+}
+
+/// One closed window, for `RUST_LOG=limiter_user::windows=debug`: what the limit was set
+/// from. Times in milliseconds.
+fn log_window(key: &DestKey, w: &WindowReport) {
+    let ms = |ns: f64| ns / 1e6;
+    debug!(
+        // The documented filter for windows, wherever the code lives.
+        target: "limiter_user::windows",
+        destination = %key.socket_addr(),
+        duration_ms = w.duration_ns / 1_000_000,
+        samples = w.samples,
+        errors = w.errors,
+        timeouts = w.timeouts,
+        sheds = w.sheds,
+        p90_ms = w.p90_ns.map(ms),
+        mean_ms = ms(w.mean_latency_ns),
+        mean_inflight = w.mean_inflight,
+        peak_inflight = w.peak_inflight,
+        throughput = w.throughput,
+        baseline_ms = w.baseline_ns.map(ms),
+        service_ms = w.service_ns.map(ms),
+        capacity = w.capacity,
+        workers = w.workers,
+        limit_before = w.limit_before,
+        limit = w.limit,
+        "window closed"
+    );
 }
 
 #[cfg(test)]

@@ -99,6 +99,18 @@ impl Agent {
             .collect()
     }
 
+    /// The windows the agent logged for `destination` (start it with `window_logging()`).
+    pub fn windows(&self, destination: SocketAddr) -> Vec<serde_json::Value> {
+        let destination = destination.to_string();
+        self.log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .filter(|v| v["target"] == "limiter_user::windows" && v["destination"] == destination)
+            .collect()
+    }
+
     pub fn signal(&self, sig: i32) {
         // SAFETY: kill() on our own child's pid.
         unsafe { libc::kill(self.pid(), sig) };
@@ -139,6 +151,14 @@ pub struct LoggedSignal {
 pub fn signal_logging() -> Command {
     let mut cmd = Command::new(agent_bin());
     cmd.env("RUST_LOG", "info,limiter_user::signals=debug")
+        .args(["--log-format", "json"]);
+    cmd
+}
+
+/// An agent command that logs every closed window as a JSON line.
+pub fn window_logging() -> Command {
+    let mut cmd = Command::new(agent_bin());
+    cmd.env("RUST_LOG", "info,limiter_user::windows=debug")
         .args(["--log-format", "json"]);
     cmd
 }

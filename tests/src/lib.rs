@@ -13,7 +13,9 @@ mod status;
 mod temp_file;
 mod upstream;
 
-pub use agent::{agent_bin, agent_command, assert_refused, signal_logging, Agent, LoggedSignal};
+pub use agent::{
+    agent_bin, agent_command, assert_refused, signal_logging, window_logging, Agent, LoggedSignal,
+};
 pub use bpftool::{assert_no_programs, dests_entry, map_entry};
 pub use cgroup::{cgroup2_mount, TestCgroup};
 pub use harness::{require_root, wait_until, HANG_GUARD_VAR, SKIP_VAR};

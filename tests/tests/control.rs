@@ -22,7 +22,7 @@ const SLOW_MS: u64 = 20 * NORMAL_MS;
 fn the_limit_follows_a_slow_upstream_down_and_back_up_leaving_others_alone() {
     let cg = TestCgroup::new("adaptive");
     let (slowing, steady) = (SlowHttp::start(NORMAL_MS), SlowHttp::start(NORMAL_MS));
-    let _agent = Agent::start(&cg, &[]);
+    let agent = Agent::start_command(window_logging(), &cg, &[]);
     let _loads = (
         CurlLoad::start(&cg, &slowing, LOAD),
         CurlLoad::start(&cg, &steady, LOAD),
@@ -51,6 +51,16 @@ fn the_limit_follows_a_slow_upstream_down_and_back_up_leaving_others_alone() {
     assert!(
         p90 > 2.0 * NORMAL_MS as f64,
         "the published p90 shows the slowdown: {p90}"
+    );
+    let cut = |w: &Value| {
+        let figure = |name: &str| w[name].as_f64();
+        figure("limit") < figure("limit_before")
+            && figure("limit").is_some()
+            && figure("p90_ms").is_some_and(|p90| p90 > 2.0 * NORMAL_MS as f64)
+    };
+    assert!(
+        agent.windows(slowing.addr).iter().any(cut),
+        "the debug log shows a window of the slowdown that cut the limit"
     );
     if !watch.steady_disturbed {
         assert!(

@@ -1,6 +1,6 @@
 //! The lab's code path, one short iteration of every run, so that it does not rot: no
-//! figure is checked, only that it ran, wrote its report and pictures, and left nothing
-//! behind (root, real kernel, nginx, wrk and PostgreSQL installed).
+//! figure is checked, only that it ran, wrote its report, pictures and series, and left
+//! nothing behind (root, real kernel, nginx, wrk and PostgreSQL installed).
 
 use std::process::{Command, Stdio};
 
@@ -10,9 +10,12 @@ use limiter_integration_tests::{cgroup2_mount, kernel_test};
 fn one_short_iteration_of_every_run_writes_the_report_and_cleans_up() {
     let out = tempfile::tempdir().unwrap();
     let report = out.path().join("lab.md");
+    let series = out.path().join("series");
     let child = Command::new(env!("CARGO_BIN_EXE_xtask"))
         .args(["lab", "--smoke", "--out"])
         .arg(&report)
+        .arg("--series")
+        .arg(&series)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -38,6 +41,20 @@ fn one_short_iteration_of_every_run_writes_the_report_and_cleans_up() {
         let svg = std::fs::read_to_string(out.path().join(picture)).unwrap();
         assert!(svg.contains("<svg"), "{picture} is not an SVG");
     }
+    // The agent's windows, as JSON lines: a smoke run's few seconds may close none.
+    for run in ["nginx-prod", "nginx-shadow", "pgbench-prod"] {
+        let path = series.join(format!("{run}-windows.jsonl"));
+        let lines = std::fs::read_to_string(&path).unwrap();
+        for line in lines.lines() {
+            let window: serde_json::Value = serde_json::from_str(line).unwrap();
+            assert!(window["limit"].is_number(), "{path:?}: {line}");
+        }
+    }
+    assert_eq!(
+        std::fs::read_to_string(series.join("nginx-none-windows.jsonl")).unwrap(),
+        "",
+        "no agent, no windows"
+    );
 
     // Names carry the lab's pid between dashes (escaped as \x2d in pin directories).
     let ours = |name: &str| {

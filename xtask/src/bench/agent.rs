@@ -17,9 +17,21 @@ impl AgentBinary {
 
     /// Attaches to `cgroup` and returns once the agent says it is attached.
     pub fn start(&self, cgroup: &TestCgroup, args: &[&str]) -> Result<Agent> {
-        let mut cmd = self.command();
         // What users run: info level, whatever this shell's RUST_LOG says.
-        cmd.env("RUST_LOG", "info");
+        self.start_logging(cgroup, "info", args)
+    }
+
+    /// As [`AgentBinary::start`], logging every closed window too, as JSON lines that
+    /// [`Agent::windows`] reads: what users run, plus the figures a run is read with.
+    pub fn start_logging_windows(&self, cgroup: &TestCgroup, args: &[&str]) -> Result<Agent> {
+        let logging = ["--log-format", "json"];
+        let args: Vec<&str> = logging.iter().chain(args).copied().collect();
+        self.start_logging(cgroup, "info,limiter_user::windows=debug", &args)
+    }
+
+    fn start_logging(&self, cgroup: &TestCgroup, rust_log: &str, args: &[&str]) -> Result<Agent> {
+        let mut cmd = self.command();
+        cmd.env("RUST_LOG", rust_log);
         super::process::dies_with_parent(&mut cmd);
         Ok(Agent::start_command(cmd, cgroup, args))
     }

@@ -36,7 +36,7 @@ impl Limiter {
     }
 
     /// Starts the agent on `cgroup`, with its defaults but for the mode (nothing for no
-    /// limiter), and a sampler of `destination` that reads it.
+    /// limiter) and logging its windows, and a sampler of `destination` that reads it.
     pub fn attach<'a>(
         self,
         bins: &'a Binaries,
@@ -49,7 +49,7 @@ impl Limiter {
             Limiter::Shadow => Some("shadow"),
         };
         let agent = mode
-            .map(|mode| bins.agent.start(cgroup, &["--mode", mode]))
+            .map(|mode| bins.agent.start_logging_windows(cgroup, &["--mode", mode]))
             .transpose()?;
         let sampler = Sampler {
             agent: agent.as_ref().map(|_| (&bins.agent, cgroup)),
@@ -58,4 +58,15 @@ impl Limiter {
         };
         Ok((agent, sampler))
     }
+}
+
+/// The windows the agent logged for `destination`, one JSON object per line; none without
+/// an agent.
+pub fn logged_windows(agent: Option<&Agent>, destination: SocketAddrV4) -> String {
+    agent
+        .map(|agent| agent.windows(destination.into()))
+        .unwrap_or_default()
+        .iter()
+        .map(|w| format!("{w}\n"))
+        .collect()
 }

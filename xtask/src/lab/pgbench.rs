@@ -12,7 +12,7 @@ use anyhow::{bail, ensure, Context, Result};
 use limiter_integration_tests::{TempFile, TestCgroup};
 
 use super::{
-    limiter::Limiter,
+    limiter::{logged_windows, Limiter},
     phases::{Phase, Phases},
     postgres::Cluster,
     sampler::Tick,
@@ -35,6 +35,8 @@ pub struct PgRun {
     /// 9 % better.)
     pub twin: Summary,
     pub ticks: Vec<Tick>,
+    /// The windows the agent logged, as JSON lines.
+    pub windows: String,
 }
 
 impl PgRun {
@@ -79,6 +81,7 @@ pub fn run(bins: &Binaries, phases: Phases, cluster: &Cluster, limiter: Limiter)
         },
     )?;
     let limited = limited.finish()?;
+    let windows = logged_windows(agent.as_ref(), destination);
     drop(agent);
     Ok(PgRun {
         limiter,
@@ -86,6 +89,7 @@ pub fn run(bins: &Binaries, phases: Phases, cluster: &Cluster, limiter: Limiter)
         limited,
         twin: twin.finish()?,
         ticks,
+        windows,
     })
 }
 

@@ -501,7 +501,10 @@ fn render_running(out: &mut String) {
          it in prod, each time beside a twin without the limiter: its tps varies by a fifth \
          from one run to the next here and drifts over a series of runs (by a third over six), \
          while two runs at the same time agree to well under 1 %, which the run with no \
-         limiter shows. Every process, cgroup, network namespace, veth pair, temporary \
+         limiter shows. `--series DIR` also writes every run's readings as CSV, and every \
+         window the agent closed as a JSON line (`*-windows.jsonl`: the window's latencies, \
+         in-flight and throughput, the service time and capacity it followed, and the limit \
+         before and after it), to read why a limit moved. Every process, cgroup, network namespace, veth pair, temporary \
          directory and pin it makes is removed however it ends (an error, Ctrl-C, SIGTERM), \
          though not when it is killed with SIGKILL: then `limiter-test-lab-*` cgroups and a \
          `limiter-test-*` namespace may be left. `cargo xtask lab --smoke` runs \

@@ -13,7 +13,7 @@ use limiter_integration_tests::TestCgroup;
 
 use super::{
     access_log::{self, Request},
-    limiter::Limiter,
+    limiter::{logged_windows, Limiter},
     phases::{Phase, Phases},
     sampler::Tick,
     upstream::{self, Upstream},
@@ -39,6 +39,8 @@ pub struct RigRun {
     pub ticks: Vec<Tick>,
     pub requests: Vec<Request>,
     pub wrk: WrkReport,
+    /// The windows the agent logged, as JSON lines.
+    pub windows: String,
 }
 
 pub fn run(bins: &Binaries, phases: Phases, limiter: Limiter, up: &Upstream) -> Result<RigRun> {
@@ -78,6 +80,7 @@ pub fn run(bins: &Binaries, phases: Phases, limiter: Limiter, up: &Upstream) -> 
         },
     )?;
     let wrk = load.finish()?;
+    let windows = logged_windows(agent.as_ref(), destination);
     drop(agent);
     Ok(RigRun {
         limiter,
@@ -85,5 +88,6 @@ pub fn run(bins: &Binaries, phases: Phases, limiter: Limiter, up: &Upstream) -> 
         ticks,
         requests: access_log::read(nginx.dir(), wall_start)?,
         wrk,
+        windows,
     })
 }

@@ -1,5 +1,6 @@
 //! Each run's readings as CSV, for a closer look than the report's: what the limiter said
-//! every reading, what nginx answered every second, and every request nginx logged.
+//! every reading, what nginx answered every second, every request nginx logged, and every
+//! window the agent closed (its figures and the limit it left, one JSON object a line).
 
 use std::{fmt::Write as _, path::Path};
 
@@ -42,11 +43,19 @@ pub fn write(dir: &Path, rig: &[RigRun], pgbench: &[PgRun]) -> Result<()> {
             let _ = writeln!(text, "{:.3},{},{:.3}", r.at_s, r.status, r.seconds);
         }
         save(format!("nginx-{}-requests.csv", slug(run.limiter)), text)?;
+        save(
+            format!("nginx-{}-windows.jsonl", slug(run.limiter)),
+            run.windows.clone(),
+        )?;
     }
     for run in pgbench {
         save(
             format!("pgbench-{}.csv", slug(run.limiter)),
             readings(&run.ticks),
+        )?;
+        save(
+            format!("pgbench-{}-windows.jsonl", slug(run.limiter)),
+            run.windows.clone(),
         )?;
     }
     Ok(())
