@@ -346,8 +346,9 @@ impl Evidence {
     /// least in-flight a window served nearly that with, what the windows that served
     /// nearly that served on average, and the service time of the bound
     /// window with the least mean latency (a window whose mean is unknown offers the newest
-    /// window's instead). Windows at the old latency are left out: across a step of the
-    /// service time, the windows before it look like more throughput at less latency.
+    /// window's instead). Windows at the old latency, or at under half the newest's, are
+    /// left out: across a step of the service time, the windows before it and the one it
+    /// began in look like more throughput at less latency.
     ///
     /// Returns the saturation and the p90 of the window its service time comes from.
     ///
@@ -357,7 +358,9 @@ impl Evidence {
     /// reads the limit back as the capacity. A window the limit cut below the workers
     /// waited in no queue: throughput at saturation times its latency is the workers.
     pub fn saturation(&self, baseline: f64, newest: (f64, f64)) -> Option<(Saturation, f64)> {
-        let floor = (baseline.max(1.0) * ELEVATED).ln() as f32;
+        // A window whose p90 is under half the newest's straddles the slowdown's start:
+        // its throughput is the healthy rate's, not what the slow upstream serves.
+        let floor = (baseline.max(1.0) * ELEVATED).max(SPED_UP * newest.1).ln() as f32;
         let bound = || {
             self.newest_first()
                 .take(PLATEAU_WINDOWS)
@@ -635,6 +638,37 @@ mod tests {
             32.0,
             "the workers, where the newest window's mean reads back its 48 in flight"
         );
+    }
+
+    #[test]
+    fn a_window_straddling_the_slowdown_is_not_what_the_upstream_serves() {
+        // Measured in the lab (31 ms, then 810 ms on 32 workers): the window the slowdown
+        // began in served the healthy rate, its p90 just over the band, a few slow answers
+        // pulling its mean over its p90.
+        let mut e = Evidence::default();
+        e.push(EvidencePoint {
+            inflight: 22.0,
+            throughput: 158.0,
+            latency: 39e6,
+            mean_latency: Some(106e6),
+            bound: false,
+        });
+        for (inflight, throughput, p90, mean) in [
+            (53.2, 34.0, 1.535, 1.192),
+            (30.1, 29.6, 1.556, 1.281),
+            (18.4, 31.4, 0.835, 0.810),
+        ] {
+            e.push(EvidencePoint {
+                inflight,
+                throughput,
+                latency: p90 * 1e9,
+                mean_latency: Some(mean * 1e9),
+                bound: true,
+            });
+        }
+        let (s, _) = e.saturation(31e6, (0.81e9, 0.835e9)).expect("saturated");
+        assert_eq!(s.throughput.round(), 34.0, "the most a slow window served");
+        assert!(s.served < 35.0, "served {}", s.served);
     }
 
     /// Bound windows at (in-flight, throughput), all 2 s at p90 with no known mean.
