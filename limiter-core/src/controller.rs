@@ -12,7 +12,7 @@ use crate::evidence::{EvidencePoint, Saturation};
 use crate::filter::LatencyFilter;
 use crate::guard::GrowthGuard;
 use crate::recovery::{Recovery, WindowView};
-use crate::slow_start::SlowStart;
+use crate::slow_start::{SlowStart, NEARLY_FULL};
 use crate::window::{WindowSummary, Windows};
 use crate::{Controller, Outcome, WindowReport};
 
@@ -372,6 +372,13 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             if (in_band || slack) && error_pressure == 0.0 {
                 allowed = allowed.max(self.limit);
             }
+            // Healthy clients that used most of the limit: their next peak (a Poisson
+            // arrival's, a long request's) needs room, as in slow start. Identical latencies
+            // are no health (a timer's), as for the growth guard.
+            let healthy = in_band && window.dispersed && error_pressure == 0.0;
+            if healthy && self.baseline.value().is_some() {
+                allowed = allowed.max(f64::from(window.peak_inflight) / NEARLY_FULL);
+            }
             if error_pressure < BACKGROUND_ERRORS {
                 allowed = self.demand.hold(self.limit, allowed, window.peak_inflight);
                 if in_band && self.baseline.value().is_some() {
@@ -639,6 +646,37 @@ mod tests {
             limit = c.update(now);
         }
         limit
+    }
+
+    /// The limit after answers of about 50 ms started with 10 in flight, 1.2x slower from
+    /// 60 s (Vegas reads a queue of 3.3 at 20, inside its band, and holds), and from 90 s
+    /// started with `inflight`.
+    fn after_clients_grew_in_the_band(inflight: u32) -> u32 {
+        let cfg = ControlConfig::new(Algorithm::Vegas);
+        let mut c = DestinationController::new(&cfg, 0);
+        let mut limit = 0;
+        for i in 0..12_000 {
+            let now = i * 10 * MS;
+            let factor = if i < 6_000 { 1.0 } else { 1.2 };
+            let inflight = if i < 9_000 { 10 } else { inflight };
+            c.on_sample(now, (((50 + i % 7) * MS) as f64 * factor) as u64, inflight);
+            limit = c.update(now);
+        }
+        limit
+    }
+
+    #[test]
+    fn healthy_clients_using_most_of_the_limit_get_room_for_their_next_peak() {
+        assert_eq!(
+            after_clients_grew_in_the_band(12),
+            20,
+            "12 leaves room under 20"
+        );
+        assert_eq!(
+            after_clients_grew_in_the_band(18),
+            24,
+            "18 is three quarters of 24"
+        );
     }
 
     /// Seconds from a twentyfold step of the latency to the first cut of the limit of 20

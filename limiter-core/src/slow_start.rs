@@ -28,7 +28,7 @@ const QUEUEING: f64 = 1.25;
 /// slow answer is the spread of service times.
 const VERDICT_ANSWERS: u32 = 8;
 /// A request that started with this share of the limit in flight shows demand at the limit.
-const NEARLY_FULL: f64 = 0.75;
+pub(crate) const NEARLY_FULL: f64 = 0.75;
 
 /// Growth on demand at the limit while a destination is learned.
 #[derive(Clone, Copy, Debug)]

@@ -114,11 +114,6 @@ pub const EXPECTED_FAILURES: &[ExpectedFailure] = &[
         reason: "error-driven by design: blind to latency, it lets in-flight run to 2-3x the workers, and the 2 s timeouts cut it by 0.9 per window.",
     },
     ExpectedFailure {
-        scenario: "mixed-sizes",
-        algorithm: Algorithm::Gateway,
-        reason: "reads every window whose p90 is a large request as a 15x slowdown against its 60 s fastest and halves the limit, below what the load holds.",
-    },
-    ExpectedFailure {
         scenario: "incident",
         algorithm: Algorithm::Gateway,
         reason: "its rolling 60 s baseline accepts the slow service time only after a minute; until then it halves (the 60 s client short of the capacity for it), and then overshoots to 3x the workers.",
