@@ -230,10 +230,19 @@ impl<A: LimitAlgorithm> DestinationController<A> {
         // latency remains is its own; unless timeouts took the throughput.
         let starved =
             elevated && !window.timeouts_censor() && self.baseline.throughput_followed_a_cut();
+        // A full window of answers in step far over the baseline, none of which waited for a
+        // worker and none given up on: nothing queued at the upstream, the latency is its
+        // own service time.
+        let unqueued = elevated
+            && self.following.is_none()
+            && window.waited_share == Some(0.0)
+            && window.samples >= self.min_samples
+            && window.timeouts == 0;
         // The saturation is only looked for once a sign says the latency is the upstream's,
         // and in a window that measured the limit it had.
         let draining = window.mean_inflight > DRAINING * self.limit;
-        let saturation = (!draining && (self.flat_windows >= FLAT_WINDOWS || starved))
+        let own = self.flat_windows >= FLAT_WINDOWS || starved || unqueued;
+        let saturation = (!draining && own)
             .then(|| {
                 self.baseline
                     .saturation(baseline, (window.mean_latency_ns, p90))
@@ -804,6 +813,62 @@ mod tests {
         assert!(
             slow.is_some_and(|p| p.bound && p.latency > 20.0 * baseline_ms * MS as f64),
             "{slow:?}"
+        );
+    }
+
+    /// Whether a controller follows the slowdown the lab's onset shows (an upstream that
+    /// sleeps 810 ms behind a proxy's 2 s timeout), after a window of answers in step at that
+    /// sleep of which `waited_share` waited for a worker, at less in flight than the two
+    /// queued windows before it at the same throughput; and the limit it left.
+    fn after_an_onset_in_step(waited_share: f64) -> (bool, f64) {
+        let cfg = ControlConfig::new(Algorithm::Vegas);
+        let mut c = DestinationController::new(&cfg, 0);
+        let mut now = 0;
+        for i in 0..6_000 {
+            now = i * 10 * MS;
+            c.on_sample(now, (30 + i % 3) * MS, 30);
+            c.update(now);
+        }
+        let queued = |mean_inflight: f64| WindowSummary {
+            p90_ns: Some(1_550.0 * MS as f64),
+            mean_latency_ns: 1_250.0 * MS as f64,
+            mean_inflight,
+            peak_inflight: mean_inflight as u32 + 5,
+            dispersed: true,
+            waited_share: None,
+            ..identical(1_550.0)
+        };
+        for window in [queued(40.0), queued(44.0)] {
+            now += 2_000 * MS;
+            c.close(window, now);
+        }
+        let limit_before = c.limit;
+        now += 2_000 * MS;
+        c.close(
+            WindowSummary {
+                mean_inflight: 0.9 * limit_before,
+                peak_inflight: limit_before as u32,
+                // Little's law: its in-flight over the sleep, in answers per second.
+                samples: (0.9 * limit_before / 0.81 * 2.0) as u32,
+                waited_share: Some(waited_share),
+                ..identical(810.0)
+            },
+            now,
+        );
+        (c.following.is_some(), c.limit / limit_before)
+    }
+
+    #[test]
+    fn answers_in_step_of_which_none_waited_are_the_upstreams_own_latency() {
+        let (followed, kept) = after_an_onset_in_step(0.0);
+        assert!(
+            followed && kept >= 0.9,
+            "followed {followed}, kept {kept:.2} of the limit"
+        );
+        let (followed, kept) = after_an_onset_in_step(0.1);
+        assert!(
+            !followed && kept < 0.9,
+            "waits are a queue: followed {followed}, cut to {kept:.2}"
         );
     }
 
