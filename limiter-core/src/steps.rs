@@ -11,6 +11,10 @@
 /// Bound windows running with no answer waiting before one more request in flight is tried
 /// (workers may have been added).
 const CALM_WINDOWS: u8 = 5;
+/// Times a count is lowered for waits at or under it before they are taken for the
+/// upstream's variety: a count read two high at a follow's start (its first window at a
+/// level the limit has just jumped to holds fewer waits than the level does) needs two.
+const LOWERINGS: u8 = 2;
 
 /// What the answers of a followed upstream tell of its workers.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -20,10 +24,10 @@ pub enum Steps {
     Unknown,
     /// The workers as counted.
     InStep(Count),
-    /// Slow answers came at or under the workers counted twice running, the count lowered
-    /// after the first: they are the upstream's own variety (a cache's misses among its
-    /// hits), not waits, and the margin over its capacity keeps it busy until the follow
-    /// ends.
+    /// Slow answers came at or under the workers counted in [`LOWERINGS`] + 1 windows
+    /// running, the count lowered after each but the last: they are the upstream's own
+    /// variety (a cache's misses among its hits), not waits, and the margin over its
+    /// capacity keeps it busy until the follow ends.
     Vary,
 }
 
@@ -36,12 +40,12 @@ pub struct Count {
     /// The count was raised by one to try, not counted from waits: waits at it are the
     /// workers' bound, not variety.
     probed: bool,
-    /// The newest window had slow answers at or under the count.
-    struck: bool,
+    /// Windows running, up to the newest, with slow answers at or under the count.
+    struck: u8,
 }
 
 impl Count {
-    fn new(workers: f32, struck: bool) -> Self {
+    fn new(workers: f32, struck: u8) -> Self {
         Count {
             workers,
             calm_windows: 0,
@@ -83,14 +87,15 @@ impl Steps {
     /// A window across a change of the limit mixes answers from two levels, and reads more
     /// workers than there are; so a count only ever falls, except by a try. Waits at or
     /// under a count it did not try say it is high, the lab's 33 of 32 (its workers were not
-    /// all in step, and some waits were too short to count): it is lowered once (see
-    /// [`nearest`]), and if they come again they were no waits.
+    /// all in step, and some waits were too short to count): it is lowered (see
+    /// [`nearest`]), up to [`LOWERINGS`] times running, and if they come again they were no
+    /// waits.
     pub fn observe(&mut self, inflight: f64, waited_share: Option<f64>, bound: bool) {
         *self = match (*self, waited_share) {
             (Steps::Vary, _) => Steps::Vary,
             (_, None) => Steps::Unknown,
             (Steps::Unknown, Some(share)) if share > 0.0 => {
-                Steps::InStep(Count::new(counted(inflight, share), false))
+                Steps::InStep(Count::new(counted(inflight, share), 0))
             }
             (Steps::Unknown, Some(_)) => Steps::Unknown,
             (Steps::InStep(count), Some(share)) if share > 0.0 => {
@@ -102,12 +107,12 @@ impl Steps {
                     } else {
                         workers.min(count.workers)
                     };
-                    Steps::InStep(Count::new(workers, false))
-                } else if count.struck {
+                    Steps::InStep(Count::new(workers, 0))
+                } else if count.struck >= LOWERINGS {
                     Steps::Vary
                 } else {
                     let workers = nearest(inflight, share).min(count.workers - 1.0);
-                    Steps::InStep(Count::new(workers, true))
+                    Steps::InStep(Count::new(workers, count.struck + 1))
                 }
             }
             (Steps::InStep(count), Some(_)) if bound => {
@@ -117,12 +122,12 @@ impl Steps {
                         workers: count.workers + 1.0,
                         calm_windows: 0,
                         probed: true,
-                        struck: false,
+                        struck: 0,
                     }
                 } else {
                     Count {
                         calm_windows,
-                        struck: false,
+                        struck: 0,
                         ..count
                     }
                 })
@@ -174,11 +179,11 @@ mod tests {
         assert_eq!(s.workers(), Some(32.0), "37 / 1.09 reads 34");
     }
 
-    /// A count read high (34 of 32) meets waits at it: it is lowered once before the slow
+    /// A count read high (34 of 32) meets waits at it: it is lowered before the slow
     /// answers are taken for variety.
     #[test]
     fn waits_under_a_count_lower_it_once() {
-        let mut s = Steps::InStep(Count::new(34.0, false));
+        let mut s = Steps::InStep(Count::new(34.0, 0));
         s.observe(34.0, Some(2.0 / 32.0), true);
         assert_eq!(s.workers(), Some(32.0));
         s.observe(32.0, Some(0.0), true);
@@ -193,11 +198,24 @@ mod tests {
         );
     }
 
+    /// The lab's count at a follow's start read 34 of 32, and the waits at 34 read 33 (waits
+    /// over workers out of step are too short to count): the waits at 33 lower it again.
+    #[test]
+    fn a_count_two_high_is_lowered_twice() {
+        let mut s = Steps::InStep(Count::new(34.0, 0));
+        s.observe(34.0, Some(0.02), true);
+        assert_eq!(s.workers(), Some(33.0));
+        s.observe(33.0, Some(0.02), true);
+        assert_eq!(s.workers(), Some(32.0), "not the upstream's variety yet");
+        s.observe(32.0, Some(0.0), true);
+        assert_eq!(s.workers(), Some(32.0));
+    }
+
     /// At one over 32 workers a round of 32 answers holds one wait, and a window of 2.2
     /// rounds two: one wait more reads 31.7 workers, which is 32, not 31.
     #[test]
     fn a_wait_more_at_one_over_the_workers_does_not_count_one_fewer() {
-        let mut s = Steps::InStep(Count::new(33.0, false));
+        let mut s = Steps::InStep(Count::new(33.0, 0));
         s.observe(33.0, Some(3.0 / 71.0), true);
         assert_eq!(s.workers(), Some(32.0));
     }
@@ -212,7 +230,9 @@ mod tests {
         s.observe(36.0, Some(0.1), true);
         assert_eq!(s.workers(), Some(33.0));
         s.observe(33.0, Some(0.1), true);
-        assert_eq!(s.workers(), None, "not 29, then 26...");
+        assert_eq!(s.workers(), Some(30.0));
+        s.observe(30.0, Some(0.1), true);
+        assert_eq!(s.workers(), None, "not 27, then 25...");
         s.observe(40.0, Some(0.1), true);
         assert_eq!(s.workers(), None, "until the follow ends");
     }
