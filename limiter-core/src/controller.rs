@@ -292,6 +292,7 @@ impl<A: LimitAlgorithm> DestinationController<A> {
                     f64::from(window.peak_inflight),
                     window.waited_share,
                     point.bound,
+                    (window.mean_inflight, mean),
                 );
             }
             // Followed, the queue is read from the window's mean against the service time:

@@ -181,9 +181,24 @@ impl Saturation {
         self.service_mean = self.service_mean.max(mean as f32);
     }
 
-    /// Takes in how a window seen while following answered (see [`Steps::observe`]).
-    pub fn observe_steps(&mut self, inflight: f64, waited_share: Option<f64>, bound: bool) {
-        self.steps.observe(inflight, waited_share, bound);
+    /// Takes in how a window seen while following answered (see [`Steps::observe`]), and
+    /// its mean in-flight and mean latency: a bound window in step of which no answer took
+    /// 1.25x the fastest can still hold a queue of a request or two over workers out of
+    /// step, each waiting a fraction of a round, and its mean shows them where the count of
+    /// waits does not. Little's law then reads the workers (`Steps::lower_to`).
+    pub fn observe_steps(
+        &mut self,
+        peak_inflight: f64,
+        waited_share: Option<f64>,
+        bound: bool,
+        (mean_inflight, mean_latency): (f64, f64),
+    ) {
+        self.steps.observe(peak_inflight, waited_share, bound);
+        let service = self.service_mean();
+        let queued = mean_latency > service * (1.0 + QUEUED_MEAN / mean_inflight.max(1.0));
+        if waited_share == Some(0.0) && bound && queued {
+            self.steps.lower_to(mean_inflight * service / mean_latency);
+        }
     }
 
     /// Takes in a window seen while following: its in-flight, throughput and mean latency.
@@ -222,6 +237,9 @@ impl Saturation {
 
 /// A mean latency under this share of the service time is the upstream fast again.
 const SPED_UP: f64 = 0.5;
+/// A mean over the service time by this share of what one request queued over the workers
+/// adds to it (the service time over the in-flight) shows a queue.
+const QUEUED_MEAN: f64 = 0.5;
 /// Windows whose throughput the capacity averages, the older ones fading.
 const SERVED_WINDOWS: f32 = 8.0;
 
@@ -824,6 +842,25 @@ mod tests {
         assert_eq!(s.capacity(), 30.0, "30 in flight saturate it");
         s.observe(37.0, 39.5, 0.89e9);
         assert_eq!(s.capacity(), 30.0, "and more in flight only queue");
+    }
+
+    /// The lab's workers out of step (means from its windows): a try of 33 on 32 queues one
+    /// request a fraction of a round, which no answer's wait shows and the mean does.
+    #[test]
+    fn a_queue_only_the_mean_shows_lowers_the_count_of_workers_in_step() {
+        let mut s = Saturation::new(39.5, 0.81e9, (32.0, 39.5), (39.5, 1.0));
+        s.observe_steps(38.0, Some(5.0 / 33.0), true, (36.0, 0.9e9));
+        assert_eq!(s.in_step_workers(), Some(33.0));
+        s.observe_steps(33.0, Some(0.0), true, (32.3, 0.818e9));
+        assert_eq!(s.in_step_workers(), Some(33.0), "1 % over is the noise");
+        s.observe_steps(33.0, Some(0.0), false, (32.9, 0.83e9));
+        assert_eq!(
+            s.in_step_workers(),
+            Some(33.0),
+            "the clients' own in-flight"
+        );
+        s.observe_steps(33.0, Some(0.0), true, (32.9, 0.83e9));
+        assert_eq!(s.in_step_workers(), Some(32.0), "32.9 x 810 / 830");
     }
 
     #[test]

@@ -135,6 +135,18 @@ impl Steps {
             (steps, Some(_)) => steps,
         };
     }
+
+    /// A window whose mean showed a queue that no answer's wait did: Little's law reads
+    /// `workers` (its mean in-flight times the service time over its mean latency). A count
+    /// over them falls to them, its calm windows counted afresh.
+    pub fn lower_to(&mut self, workers: f64) {
+        let workers = workers.round() as f32;
+        if let Steps::InStep(count) = self {
+            if workers < count.workers {
+                *count = Count::new(workers, 0);
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -177,6 +189,22 @@ mod tests {
         assert_eq!(s.workers(), Some(32.0));
         s.observe(37.0, Some(0.09), true);
         assert_eq!(s.workers(), Some(32.0), "37 / 1.09 reads 34");
+    }
+
+    /// The lab's workers out of step: at a try of 33 on 32 the queued request waited under a
+    /// quarter of a round, no answer counted as a wait, and the mean read 830 ms for 810.
+    #[test]
+    fn a_queue_the_mean_shows_lowers_the_count_by_littles_law() {
+        let mut s = Steps::InStep(Count::new(33.0, 0));
+        s.lower_to(32.9 * 810.0 / 830.0);
+        assert_eq!(s.workers(), Some(32.0));
+        s.lower_to(31.3);
+        assert_eq!(s.workers(), Some(31.0), "a count only falls by it");
+        s.lower_to(33.0);
+        assert_eq!(s.workers(), Some(31.0), "and never rises by it");
+        let mut unknown = Steps::default();
+        unknown.lower_to(20.0);
+        assert_eq!(unknown.workers(), None, "no count, nothing to lower");
     }
 
     /// A count read high (34 of 32) meets waits at it: it is lowered before the slow
