@@ -741,14 +741,7 @@ mod tests {
 
     #[test]
     fn requests_given_up_on_hold_their_slots_while_the_answers_are_slow() {
-        let cfg = ControlConfig::new(Algorithm::Vegas);
-        let mut c = DestinationController::new(&cfg, 0);
-        let mut now = 0;
-        for i in 0..6_000 {
-            now = i * 10 * MS;
-            c.on_sample(now, (50 + i % 7) * MS, 30);
-            c.update(now);
-        }
+        let (mut c, now) = learned(50, 7, 30);
         let limit = c.limit();
         assert!(limit > 20, "{limit}");
         // No window closes within the next millisecond: only the held slots move the limit.
@@ -776,6 +769,20 @@ mod tests {
         assert_eq!(c.update(soon), limit, "answers are fast again");
     }
 
+    /// A Vegas controller after a minute of answers of `base_ms` to `base_ms + spread - 1`
+    /// started with `inflight` in flight, and the time it was last updated.
+    fn learned(base_ms: u64, spread: u64, inflight: u32) -> (DestinationController, u64) {
+        let cfg = ControlConfig::new(Algorithm::Vegas);
+        let mut c = DestinationController::new(&cfg, 0);
+        let mut now = 0;
+        for i in 0..6_000 {
+            now = i * 10 * MS;
+            c.on_sample(now, (base_ms + i % spread) * MS, inflight);
+            c.update(now);
+        }
+        (c, now)
+    }
+
     /// A window of `latency_ms` answers that all took the same time, bound by the limit.
     fn identical(latency_ms: f64) -> WindowSummary {
         let latency_ns = latency_ms * MS as f64;
@@ -799,12 +806,7 @@ mod tests {
 
     #[test]
     fn identical_latencies_far_over_the_baseline_are_a_fixed_sleeps_service_time() {
-        let cfg = ControlConfig::new(Algorithm::Vegas);
-        let mut c = DestinationController::new(&cfg, 0);
-        for i in 0..6_000 {
-            c.on_sample(i * 10 * MS, (50 + i % 7) * MS, 10);
-            c.update(i * 10 * MS);
-        }
+        let (c, _) = learned(50, 7, 10);
         let baseline_ms = c.baseline_ns().expect("a baseline learned") as f64 / MS as f64;
         assert!(
             c.evidence_point(&identical(baseline_ms)).is_none(),
@@ -822,14 +824,7 @@ mod tests {
     /// sleep of which `waited_share` waited for a worker, at less in flight than the two
     /// queued windows before it at the same throughput; and the limit it left.
     fn after_an_onset_in_step(waited_share: f64) -> (bool, f64) {
-        let cfg = ControlConfig::new(Algorithm::Vegas);
-        let mut c = DestinationController::new(&cfg, 0);
-        let mut now = 0;
-        for i in 0..6_000 {
-            now = i * 10 * MS;
-            c.on_sample(now, (30 + i % 3) * MS, 30);
-            c.update(now);
-        }
+        let (mut c, mut now) = learned(30, 3, 30);
         let queued = |mean_inflight: f64| WindowSummary {
             p90_ns: Some(1_550.0 * MS as f64),
             mean_latency_ns: 1_250.0 * MS as f64,
