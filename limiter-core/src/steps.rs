@@ -40,17 +40,18 @@ pub struct Count {
     /// The count was raised by one to try, not counted from waits: waits at it are the
     /// workers' bound, not variety.
     probed: bool,
-    /// Windows running, up to the newest, with slow answers at or under the count.
-    struck: u8,
+    /// Times running, up to the newest window, the count was lowered for slow answers at or
+    /// under it.
+    lowered: u8,
 }
 
 impl Count {
-    fn new(workers: f32, struck: u8) -> Self {
+    fn new(workers: f32, lowered: u8) -> Self {
         Count {
             workers,
             calm_windows: 0,
             probed: false,
-            struck,
+            lowered,
         }
     }
 }
@@ -108,11 +109,11 @@ impl Steps {
                         workers.min(count.workers)
                     };
                     Steps::InStep(Count::new(workers, 0))
-                } else if count.struck >= LOWERINGS {
+                } else if count.lowered >= LOWERINGS {
                     Steps::Vary
                 } else {
                     let workers = nearest(inflight, share).min(count.workers - 1.0);
-                    Steps::InStep(Count::new(workers, count.struck + 1))
+                    Steps::InStep(Count::new(workers, count.lowered + 1))
                 }
             }
             (Steps::InStep(count), Some(_)) if bound => {
@@ -122,12 +123,12 @@ impl Steps {
                         workers: count.workers + 1.0,
                         calm_windows: 0,
                         probed: true,
-                        struck: 0,
+                        lowered: 0,
                     }
                 } else {
                     Count {
                         calm_windows,
-                        struck: 0,
+                        lowered: 0,
                         ..count
                     }
                 })
