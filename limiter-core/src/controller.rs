@@ -639,40 +639,41 @@ mod tests {
         assert!(fell.at_ns >= 60_000 * MS && fell.p90_ns.unwrap() > 20.0 * 50e6);
     }
 
-    /// The limit after 60 s of answers of about 50 ms started with 10 in flight, then 60 s
-    /// of answers `factor` times slower started with `inflight`.
-    fn after_a_rise(factor: f64, inflight: u32) -> u32 {
+    /// The limit after two minutes of answers of about 50 ms, every 10 ms: `at(i)` gives the
+    /// i-th its slowdown factor and the in-flight it started with.
+    fn limit_after(at: impl Fn(u64) -> (f64, u32)) -> u32 {
         let cfg = ControlConfig::new(Algorithm::Vegas);
         let mut c = DestinationController::new(&cfg, 0);
         let mut limit = 0;
         for i in 0..12_000 {
             let now = i * 10 * MS;
-            let (factor, inflight) = if i < 6_000 {
-                (1.0, 10)
-            } else {
-                (factor, inflight)
-            };
+            let (factor, inflight) = at(i);
             c.on_sample(now, (((50 + i % 7) * MS) as f64 * factor) as u64, inflight);
             limit = c.update(now);
         }
         limit
     }
 
+    /// The limit after 60 s of answers of about 50 ms started with 10 in flight, then 60 s
+    /// of answers `factor` times slower started with `inflight`.
+    fn after_a_rise(factor: f64, inflight: u32) -> u32 {
+        limit_after(|i| {
+            if i < 6_000 {
+                (1.0, 10)
+            } else {
+                (factor, inflight)
+            }
+        })
+    }
+
     /// The limit after answers of about 50 ms started with 10 in flight, 1.2x slower from
     /// 60 s (Vegas reads a queue of 3.3 at 20, inside its band, and holds), and from 90 s
     /// started with `inflight`.
     fn after_clients_grew_in_the_band(inflight: u32) -> u32 {
-        let cfg = ControlConfig::new(Algorithm::Vegas);
-        let mut c = DestinationController::new(&cfg, 0);
-        let mut limit = 0;
-        for i in 0..12_000 {
-            let now = i * 10 * MS;
+        limit_after(|i| {
             let factor = if i < 6_000 { 1.0 } else { 1.2 };
-            let inflight = if i < 9_000 { 10 } else { inflight };
-            c.on_sample(now, (((50 + i % 7) * MS) as f64 * factor) as u64, inflight);
-            limit = c.update(now);
-        }
-        limit
+            (factor, if i < 9_000 { 10 } else { inflight })
+        })
     }
 
     #[test]
