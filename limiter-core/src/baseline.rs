@@ -112,13 +112,14 @@ impl Baseline {
         self.evidence.shows_self_queueing()
     }
 
-    /// Takes the newest p90, the lowest latency the last five windows all kept to
-    /// (`sustained`), the window's evidence (absent when the window cannot testify: no own
-    /// samples, or identical latencies), whether the latency is still too noisy to be a
-    /// minimum and whether it has stopped moving; returns the baseline.
+    /// Takes the newest p90 (absent when it does not describe its window), the lowest
+    /// latency the last five windows all kept to (`sustained`), the window's evidence (absent
+    /// when the window cannot testify: no own samples, or identical latencies), whether the
+    /// latency is still too noisy to be a minimum and whether it has stopped moving; returns
+    /// the baseline.
     ///
-    /// While warming up (the filter holds fewer than five windows, or the p90 rests on fewer
-    /// latencies than a full window) a lucky value would stay the baseline for good, so the
+    /// While warming up (the filter holds fewer than five windows, the p90 rests on fewer
+    /// latencies than a full window, or it is still rising) a lucky value would stay the baseline for good, so the
     /// baseline is the sustained latency rather than its minimum. Not the smoothed latency:
     /// while traffic ramps up, the first windows miss the requests still out when they close,
     /// the slow ones first, so the smoothed latency lags from below; a baseline taken from it
@@ -127,7 +128,7 @@ impl Baseline {
     /// smoothed latency follows the median down and sits under it.
     pub fn observe(
         &mut self,
-        latest: f64,
+        latest: Option<f64>,
         sustained: f64,
         point: Option<EvidencePoint>,
         warming_up: bool,
@@ -140,7 +141,9 @@ impl Baseline {
         };
         if self.after_follow > 0 {
             self.after_follow -= 1;
-            baseline = baseline.min(latest);
+            if let Some(latest) = latest {
+                baseline = baseline.min(latest);
+            }
         }
         self.warming_up = warming_up;
         if let Some(point) = point {
@@ -172,29 +175,38 @@ mod tests {
     #[test]
     fn follows_lower_latencies_at_once() {
         let mut b = Baseline::default();
-        assert_eq!(b.observe(10.0, 10.0, point(5.0, 10.0), false, false), 10.0);
-        assert_eq!(b.observe(8.0, 8.0, point(5.0, 8.0), false, false), 8.0);
-        assert_eq!(b.observe(12.0, 12.0, point(5.0, 12.0), false, true), 8.0);
+        assert_eq!(
+            b.observe(Some(10.0), 10.0, point(5.0, 10.0), false, false),
+            10.0
+        );
+        assert_eq!(
+            b.observe(Some(8.0), 8.0, point(5.0, 8.0), false, false),
+            8.0
+        );
+        assert_eq!(
+            b.observe(Some(12.0), 12.0, point(5.0, 12.0), false, true),
+            8.0
+        );
     }
 
     #[test]
     fn is_the_sustained_latency_while_warming_up_and_unpublished_until_then() {
         let mut b = Baseline::default();
-        assert_eq!(b.observe(7.0, 8.0, None, true, false), 8.0);
-        assert_eq!(b.observe(9.0, 10.0, None, true, false), 10.0);
+        assert_eq!(b.observe(Some(7.0), 8.0, None, true, false), 8.0);
+        assert_eq!(b.observe(Some(9.0), 10.0, None, true, false), 10.0);
         assert_eq!(b.value(), None);
-        assert_eq!(b.observe(12.0, 12.0, None, false, false), 10.0);
+        assert_eq!(b.observe(Some(12.0), 12.0, None, false, false), 10.0);
         assert_eq!(b.value(), Some(10.0));
     }
 
     #[test]
     fn heals_by_at_most_a_doubling_and_then_needs_fresh_evidence() {
         let mut b = Baseline::default();
-        b.observe(1.0, 1.0, point(100.0, 1.0), false, true);
+        b.observe(Some(1.0), 1.0, point(100.0, 1.0), false, true);
         let mut baselines = vec![1.0];
         for i in 0..40 {
             let inflight = 100.0 - 2.0 * f64::from(i);
-            baselines.push(b.observe(10.0, 10.0, point(inflight, 10.0), false, true));
+            baselines.push(b.observe(Some(10.0), 10.0, point(inflight, 10.0), false, true));
         }
         baselines.dedup();
         assert!(baselines.len() >= 3, "{baselines:?}");
@@ -205,11 +217,11 @@ mod tests {
     #[test]
     fn heals_to_the_latency_the_last_five_windows_all_kept_to() {
         let mut b = Baseline::default();
-        b.observe(1.0, 1.0, point(100.0, 1.0), false, true);
+        b.observe(Some(1.0), 1.0, point(100.0, 1.0), false, true);
         let healed = (0..40)
             .map(|i| {
                 b.observe(
-                    1.5,
+                    Some(1.5),
                     1.8,
                     point(100.0 - 2.0 * f64::from(i), 1.6),
                     false,
@@ -223,22 +235,33 @@ mod tests {
     #[test]
     fn takes_a_lower_window_at_once_for_a_while_after_following() {
         let mut b = Baseline::default();
-        b.observe(1.0, 1.0, point(10.0, 1.0), false, true);
+        b.observe(Some(1.0), 1.0, point(10.0, 1.0), false, true);
         b.follow(20.0);
-        assert_eq!(b.observe(15.0, 20.0, point(10.0, 15.0), false, true), 15.0);
-        for _ in 1..AFTER_FOLLOW_WINDOWS {
-            b.observe(16.0, 20.0, point(10.0, 16.0), false, true);
+        assert_eq!(
+            b.observe(None, 20.0, point(10.0, 15.0), false, true),
+            20.0,
+            "a p90 that does not describe its window"
+        );
+        assert_eq!(
+            b.observe(Some(15.0), 20.0, point(10.0, 15.0), false, true),
+            15.0
+        );
+        for _ in 2..AFTER_FOLLOW_WINDOWS {
+            b.observe(Some(16.0), 20.0, point(10.0, 16.0), false, true);
         }
-        assert_eq!(b.observe(12.0, 20.0, point(10.0, 12.0), false, true), 15.0);
+        assert_eq!(
+            b.observe(Some(12.0), 20.0, point(10.0, 12.0), false, true),
+            15.0
+        );
     }
 
     #[test]
     fn the_no_load_mean_is_the_baseline_times_the_shape_of_windows_that_queued_nothing() {
         let mut b = Baseline::default();
-        b.observe(10.0, 10.0, point(10.0, 10.0), true, false);
+        b.observe(Some(10.0), 10.0, point(10.0, 10.0), true, false);
         b.learn_shape(5.0, 10.0, true);
         assert_eq!(b.mean(), None, "no baseline yet");
-        b.observe(10.0, 10.0, point(10.0, 10.0), false, false);
+        b.observe(Some(10.0), 10.0, point(10.0, 10.0), false, false);
         b.learn_shape(7.5, 10.0, false);
         assert_eq!(b.mean(), Some(6.25));
         // Bound, or out of the band: a queue of ours may be in it.
@@ -253,10 +276,13 @@ mod tests {
     #[test]
     fn does_not_heal_while_the_latency_is_still_moving() {
         let mut b = Baseline::default();
-        b.observe(1.0, 1.0, point(100.0, 1.0), false, true);
+        b.observe(Some(1.0), 1.0, point(100.0, 1.0), false, true);
         for i in 0..40 {
             let inflight = 100.0 - 2.0 * f64::from(i);
-            assert_eq!(b.observe(3.0, 3.0, point(inflight, 3.0), false, false), 1.0);
+            assert_eq!(
+                b.observe(Some(3.0), 3.0, point(inflight, 3.0), false, false),
+                1.0
+            );
         }
     }
 }

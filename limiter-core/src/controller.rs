@@ -209,11 +209,18 @@ impl<A: LimitAlgorithm> DestinationController<A> {
         let before = std::mem::replace(&mut self.last_p90, p90 as f32);
         let onset = (no_fresh_timeout && before > 0.0).then(|| f64::from(before).min(p90));
         // A p90 over fewer latencies than a full window, or a filter short of five windows,
-        // is too noisy to be a minimum.
-        let warming_up = self.filter.is_warming_up() || window.p90_weight < self.min_samples;
+        // is too noisy to be a minimum. Nor is one still rising before the first baseline,
+        // with nothing refused: the long requests of a mix answer seconds after the short
+        // ones, and the first windows' p90 climbs towards the mix's as they come in.
         let sustained = self.filter.recent_max().unwrap_or(smoothed);
+        let rising = self.baseline.value().is_none() && p90 >= sustained && window.sheds == 0;
+        let warming_up =
+            self.filter.is_warming_up() || window.p90_weight < self.min_samples || rising;
+        // A p90 under the window's mean leaves out a tenth of answers far slower than it (a
+        // mix that happened to hold few large requests): no latency to take at once.
+        let representative = (window.mean_latency_ns <= p90).then_some(p90);
         let mut baseline = self.baseline.observe(
-            p90,
+            representative,
             sustained,
             point,
             warming_up,
@@ -820,11 +827,11 @@ mod tests {
         );
     }
 
-    /// Whether a controller follows the slowdown the lab's onset shows (an upstream that
-    /// sleeps 810 ms behind a proxy's 2 s timeout), after a window of answers in step at that
-    /// sleep of which `waited_share` waited for a worker, at less in flight than the two
-    /// queued windows before it at the same throughput; and the limit it left.
-    fn after_an_onset_in_step(waited_share: f64) -> (bool, f64) {
+    /// A controller after the slowdown the lab's onset shows (an upstream that sleeps 810 ms
+    /// behind a proxy's 2 s timeout): a window of answers in step at that sleep of which
+    /// `waited_share` waited for a worker, at less in flight than the two queued windows
+    /// before it at the same throughput. Also the time it closed and the limit before it.
+    fn onset_in_step(waited_share: f64) -> (DestinationController, u64, f64) {
         let (mut c, mut now) = learned(30, 3, 30);
         let queued = |mean_inflight: f64| WindowSummary {
             p90_ns: Some(1_550.0 * MS as f64),
@@ -852,7 +859,57 @@ mod tests {
             },
             now,
         );
+        (c, now, limit_before)
+    }
+
+    /// Whether a controller follows the onset of [`onset_in_step`], and the limit it left.
+    fn after_an_onset_in_step(waited_share: f64) -> (bool, f64) {
+        let (c, _, limit_before) = onset_in_step(waited_share);
         (c.following.is_some(), c.limit / limit_before)
+    }
+
+    /// A mixed window: answers of 300 ms at its p90 and `mean_ms` on average.
+    fn mixed(mean_ms: f64) -> WindowSummary {
+        WindowSummary {
+            dispersed: true,
+            mean_latency_ns: mean_ms * MS as f64,
+            waited_share: None,
+            ..identical(300.0)
+        }
+    }
+
+    #[test]
+    fn after_a_follow_a_lower_p90_is_taken_at_once_only_when_it_describes_its_window() {
+        let (mut c, now, _) = onset_in_step(0.0);
+        let followed = c.baseline_ns().expect("a baseline followed");
+        assert!(followed > 800 * MS, "{followed}");
+        c.close(mixed(500.0), now + 2_000 * MS);
+        assert_eq!(c.baseline_ns(), Some(followed), "a tenth far over the p90");
+        c.close(mixed(250.0), now + 4_000 * MS);
+        assert_eq!(c.baseline_ns(), Some(300 * MS));
+    }
+
+    #[test]
+    fn a_p90_still_rising_as_the_long_requests_of_a_mix_come_in_is_no_baseline_yet() {
+        let cfg = ControlConfig::new(Algorithm::Vegas);
+        let mut c = DestinationController::new(&cfg, 0);
+        let window = |p90_ms: f64| WindowSummary {
+            sheds: 0,
+            dispersed: true,
+            mean_latency_ns: 0.3 * p90_ms * MS as f64,
+            waited_share: None,
+            ..identical(p90_ms)
+        };
+        let mut baselines = Vec::new();
+        for (i, p90_ms) in [290.0, 310.0, 2_800.0, 2_830.0, 4_340.0, 3_600.0]
+            .into_iter()
+            .enumerate()
+        {
+            c.close(window(p90_ms), (i as u64 + 1) * 2_800 * MS);
+            baselines.push(c.baseline_ns().map(|b| b / MS));
+        }
+        assert_eq!(baselines[4], None, "4 340 ms is the highest yet");
+        assert_eq!(baselines[5], Some(4_340));
     }
 
     #[test]
