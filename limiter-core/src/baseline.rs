@@ -119,13 +119,13 @@ impl Baseline {
     /// the baseline.
     ///
     /// While warming up (the filter holds fewer than five windows, the p90 rests on fewer
-    /// latencies than a full window, or it is still rising) a lucky value would stay the baseline for good, so the
-    /// baseline is the sustained latency rather than its minimum. Not the smoothed latency:
-    /// while traffic ramps up, the first windows miss the requests still out when they close,
-    /// the slow ones first, so the smoothed latency lags from below; a baseline taken from it
-    /// starts a few percent low and reads as a standing queue ever after. A heal moves to the
-    /// sustained latency too, for the same reason: after the cuts that preceded it, the
-    /// smoothed latency follows the median down and sits under it.
+    /// latencies than a full window, or it is still rising) a lucky value would stay the
+    /// baseline for good, so the baseline is the sustained latency rather than its minimum.
+    /// Not the smoothed latency: while traffic ramps up, the first windows miss the requests
+    /// still out when they close, the slow ones first, so the smoothed latency lags from
+    /// below; a baseline taken from it starts a few percent low and reads as a standing queue
+    /// ever after. A heal moves to the sustained latency too, for the same reason: after the
+    /// cuts that preceded it, the smoothed latency follows the median down and sits under it.
     pub fn observe(
         &mut self,
         latest: Option<f64>,

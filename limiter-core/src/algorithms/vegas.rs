@@ -61,8 +61,8 @@ impl LimitAlgorithm for Vegas {
         };
         // Growth takes the lower of the two readings: where the p90 reads a few requests
         // queued and the mean none, the baseline is a few per cent low (a running minimum
-        // of noisy windows), not a queue. Two seeds of the simulator's baseline-shift held
-        // a limit of 58 to 70 so on 100 workers, the mean flat at 1.05 s with 68 in flight.
+        // of noisy windows), not a queue. Read so, two seeds of the simulator's
+        // baseline-shift held the limit at 58 to 70 on 100 workers, the mean flat at 1.05 s.
         let fresh = queue(latency.smoothed.max(latency.latest));
         let fresh = latency.mean.map_or(fresh, |_| fresh.min(by_mean));
         let proposed = if settled > beta {
