@@ -47,6 +47,9 @@ const SLOW_ANSWERS: u8 = 3;
 /// How long a new destination's traffic is watched before its limit starts: a burst on
 /// attach (a proxy's connection per client request) has its answers by then.
 const FIRST_WORD_NS: u64 = 100_000_000;
+/// Before the first baseline, a window whose p90 is over this multiple of every earlier one
+/// the filter holds is still rising: a drift of a few per cent is noise, not a rise.
+const RISING: f64 = 1.1;
 
 /// A destination's controller, generic over its algorithm; [`DestinationController::new`]
 /// picks the algorithm from the configuration.
@@ -203,6 +206,7 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             }
             return (None, None);
         };
+        let highest_before = self.filter.recent_max();
         let smoothed = self.filter.push(p90);
         // Timeouts of requests sent before the last cut were the queue that cut answered for.
         let no_fresh_timeout = window.timeouts == window.stale_timeouts;
@@ -211,9 +215,12 @@ impl<A: LimitAlgorithm> DestinationController<A> {
         // A p90 over fewer latencies than a full window, or a filter short of five windows,
         // is too noisy to be a minimum. Nor is one still rising before the first baseline,
         // with nothing refused: the long requests of a mix answer seconds after the short
-        // ones, and the first windows' p90 climbs towards the mix's as they come in.
+        // ones, and the first windows' p90 climbs towards the mix's as they come in. Under
+        // demand at the limit a rising p90 is a queue building, which must not be learned.
         let sustained = self.filter.recent_max().unwrap_or(smoothed);
-        let rising = self.baseline.value().is_none() && p90 >= sustained && window.sheds == 0;
+        let rising = self.baseline.value().is_none()
+            && window.sheds == 0
+            && highest_before.is_some_and(|highest| p90 > RISING * highest);
         let warming_up =
             self.filter.is_warming_up() || window.p90_weight < self.min_samples || rising;
         // A p90 under the window's mean leaves out a tenth of answers far slower than it (a
@@ -908,8 +915,17 @@ mod tests {
             c.close(window(p90_ms), (i as u64 + 1) * 2_800 * MS);
             baselines.push(c.baseline_ns().map(|b| b / MS));
         }
-        assert_eq!(baselines[4], None, "4 340 ms is the highest yet");
+        assert_eq!(baselines[4], None, "4 340 ms is far over 2 830");
         assert_eq!(baselines[5], Some(4_340));
+
+        let mut c = DestinationController::new(&cfg, 0);
+        for (i, p90_ms) in [30.0, 30.3, 30.6, 30.9, 31.2].into_iter().enumerate() {
+            c.close(window(p90_ms), (i as u64 + 1) * 2_000 * MS);
+        }
+        assert!(
+            c.baseline_ns().is_some(),
+            "a drift of 1 % a window is noise"
+        );
     }
 
     #[test]

@@ -5,8 +5,9 @@ use limiter_sim::{scenarios, sweep, AlgorithmChoice};
 
 /// Scenarios held to every seed; the others are listed in docs/simulation.md with how
 /// often they fail.
-const ROBUST: [&str; 11] = [
+const ROBUST: [&str; 12] = [
     "converge",
+    "baseline-shift",
     "mixed-sizes",
     "streaming",
     "healthy-start",
