@@ -170,11 +170,7 @@ impl<'a> Sim<'a> {
     }
 
     fn update(&mut self) {
-        let limit = if std::env::var("SIMTRACE").is_ok() {
-            self.controller.update_reporting(self.now, &mut |r| eprintln!("{:.1} n={} e={} t={} sh={} p90={:.0} mean={:.0} mi={:.1} pk={} thr={:.1} base={:.0} svc={:?} cap={:?} wk={:?} {:.1}->{:.1}", r.at_ns as f64/1e9, r.samples, r.errors, r.timeouts, r.sheds, r.p90_ns.unwrap_or(0.0)/1e6, r.mean_latency_ns/1e6, r.mean_inflight, r.peak_inflight, r.throughput, r.baseline_ns.unwrap_or(0.0)/1e6, r.service_ns.map(|x| (x/1e6) as u64), r.capacity.map(|x| x as u64), r.workers, r.limit_before, r.limit))
-        } else {
-            self.controller.update(self.now)
-        };
+        let limit = self.controller.update(self.now);
         self.admission.set_limit(limit);
         self.recorder
             .tick(self.now, limit, self.admission.inflight());
