@@ -23,6 +23,11 @@ pub(crate) const ELEVATED: f64 = 1.25;
 /// Windows after a follow in which a lower p90 is taken at once: the window followed may
 /// still have held the queue our earlier in-flight built.
 const AFTER_FOLLOW_WINDOWS: u32 = 5;
+/// The least share of the followed latency a lower p90 taken at once after a follow can be:
+/// a queue that halves the p90 as it drains is as long as the workers are many, and a follow
+/// takes the window that queued least. Lower is another population (a mix's window short of
+/// its large requests) or the upstream recovering, which `recovery.rs` handles.
+const DRAINED: f64 = 0.5;
 /// Windows whose mean-to-p90 ratio the no-load mean averages, the older ones fading.
 const SHAPE_WINDOWS: f32 = 16.0;
 
@@ -141,7 +146,7 @@ impl Baseline {
         };
         if self.after_follow > 0 {
             self.after_follow -= 1;
-            if let Some(latest) = latest {
+            if let Some(latest) = latest.filter(|&l| l >= DRAINED * self.value) {
                 baseline = baseline.min(latest);
             }
         }
@@ -243,10 +248,15 @@ mod tests {
             "a p90 that does not describe its window"
         );
         assert_eq!(
+            b.observe(Some(9.0), 20.0, point(10.0, 9.0), false, true),
+            20.0,
+            "under half of it: no queue drains so far"
+        );
+        assert_eq!(
             b.observe(Some(15.0), 20.0, point(10.0, 15.0), false, true),
             15.0
         );
-        for _ in 2..AFTER_FOLLOW_WINDOWS {
+        for _ in 3..AFTER_FOLLOW_WINDOWS {
             b.observe(Some(16.0), 20.0, point(10.0, 16.0), false, true);
         }
         assert_eq!(

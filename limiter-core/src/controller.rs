@@ -875,13 +875,13 @@ mod tests {
         (c.following.is_some(), c.limit / limit_before)
     }
 
-    /// A mixed window: answers of 300 ms at its p90 and `mean_ms` on average.
-    fn mixed(mean_ms: f64) -> WindowSummary {
+    /// A window of dispersed answers, `p90_ms` at its p90 and `mean_ms` on average.
+    fn dispersed(p90_ms: f64, mean_ms: f64) -> WindowSummary {
         WindowSummary {
             dispersed: true,
             mean_latency_ns: mean_ms * MS as f64,
             waited_share: None,
-            ..identical(300.0)
+            ..identical(p90_ms)
         }
     }
 
@@ -890,10 +890,21 @@ mod tests {
         let (mut c, now, _) = onset_in_step(0.0);
         let followed = c.baseline_ns().expect("a baseline followed");
         assert!(followed > 800 * MS, "{followed}");
-        c.close(mixed(500.0), now + 2_000 * MS);
-        assert_eq!(c.baseline_ns(), Some(followed), "a tenth far over the p90");
-        c.close(mixed(250.0), now + 4_000 * MS);
-        assert_eq!(c.baseline_ns(), Some(300 * MS));
+        let mut close = |p90_ms, mean_ms, after_ms| {
+            c.close(dispersed(p90_ms, mean_ms), now + after_ms * MS);
+            c.baseline_ns()
+        };
+        assert_eq!(
+            close(600.0, 700.0, 2_000),
+            Some(followed),
+            "a tenth far over the p90"
+        );
+        assert_eq!(
+            close(300.0, 250.0, 4_000),
+            Some(followed),
+            "under half: no queue drains so far"
+        );
+        assert_eq!(close(600.0, 500.0, 6_000), Some(600 * MS));
     }
 
     #[test]
