@@ -414,6 +414,11 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             allowed = allowed.min(BDP_GAIN * s.capacity());
             if let Some(workers) = s.in_step_workers() {
                 allowed = allowed.min(workers);
+            } else if window.waited_share == Some(0.0) {
+                // Answers in step of which none waited, no workers counted yet: the first
+                // level over them counts them, and one over makes a request a round wait
+                // a round where the ceiling's margin over the capacity makes several.
+                allowed = allowed.min((f64::from(window.peak_inflight) + 1.0).max(self.limit));
             }
         }
         if let Some(capacity) = capacity {
@@ -873,6 +878,31 @@ mod tests {
     fn after_an_onset_in_step(waited_share: f64) -> (bool, f64) {
         let (c, _, limit_before) = onset_in_step(waited_share);
         (c.following.is_some(), c.limit / limit_before)
+    }
+
+    #[test]
+    fn answers_in_step_of_which_none_waited_grow_the_limit_one_over_their_peak() {
+        let (mut c, mut now, _) = onset_in_step(0.0);
+        assert!(c.following.is_some());
+        for _ in 0..3 {
+            let peak = c.limit.round() as u32;
+            now += 2_000 * MS;
+            c.close(
+                WindowSummary {
+                    mean_inflight: f64::from(peak),
+                    peak_inflight: peak,
+                    samples: (f64::from(peak) / 0.81 * 2.0) as u32,
+                    waited_share: Some(0.0),
+                    ..identical(810.0)
+                },
+                now,
+            );
+            assert!(
+                c.limit <= f64::from(peak) + 1.0,
+                "{peak} grew to {}",
+                c.limit
+            );
+        }
     }
 
     /// A window of dispersed answers, `p90_ms` at its p90 and `mean_ms` on average.
