@@ -416,8 +416,8 @@ impl<A: LimitAlgorithm> DestinationController<A> {
                 allowed = allowed.min(workers);
             } else if window.waited_share == Some(0.0) {
                 // Answers in step of which none waited, no workers counted yet: the first
-                // level over them counts them, and one over makes a request a round wait
-                // a round where the ceiling's margin over the capacity makes several.
+                // level over the workers counts them, and at one over them a single request
+                // of each round waits a whole round, where the ceiling's margin makes several.
                 allowed = allowed.min((f64::from(window.peak_inflight) + 1.0).max(self.limit));
             }
         }
