@@ -117,11 +117,10 @@ impl Baseline {
         self.evidence.shows_self_queueing()
     }
 
-    /// Takes the newest p90 (absent when it does not describe its window), the lowest
-    /// latency the last five windows all kept to (`sustained`), the window's evidence (absent
-    /// when the window cannot testify: no own samples, or identical latencies), whether the
-    /// latency is still too noisy to be a minimum and whether it has stopped moving; returns
-    /// the baseline.
+    /// Takes the newest window's mean latency and p90, the lowest latency the last five
+    /// windows all kept to (`sustained`), the window's evidence (absent when the window cannot
+    /// testify: no own samples, or identical latencies), whether the latency is still too
+    /// noisy to be a minimum and whether it has stopped moving; returns the baseline.
     ///
     /// While warming up (the filter holds fewer than five windows, the p90 rests on fewer
     /// latencies than a full window, or it is still rising) a lucky value would stay the
@@ -133,7 +132,7 @@ impl Baseline {
     /// cuts that preceded it, the smoothed latency follows the median down and sits under it.
     pub fn observe(
         &mut self,
-        latest: Option<f64>,
+        newest: (f64, f64),
         sustained: f64,
         point: Option<EvidencePoint>,
         warming_up: bool,
@@ -146,8 +145,12 @@ impl Baseline {
         };
         if self.after_follow > 0 {
             self.after_follow -= 1;
-            if let Some(latest) = latest.filter(|&l| l >= DRAINED * self.value) {
-                baseline = baseline.min(latest);
+            // A p90 under its window's mean leaves out a tenth of answers far slower than it
+            // (a mix's window that happened to hold few large requests): it describes no
+            // queue draining.
+            let (mean, p90) = newest;
+            if mean <= p90 && p90 >= DRAINED * self.value {
+                baseline = baseline.min(p90);
             }
         }
         self.warming_up = warming_up;
@@ -181,15 +184,15 @@ mod tests {
     fn follows_lower_latencies_at_once() {
         let mut b = Baseline::default();
         assert_eq!(
-            b.observe(Some(10.0), 10.0, point(5.0, 10.0), false, false),
+            b.observe((10.0, 10.0), 10.0, point(5.0, 10.0), false, false),
             10.0
         );
         assert_eq!(
-            b.observe(Some(8.0), 8.0, point(5.0, 8.0), false, false),
+            b.observe((8.0, 8.0), 8.0, point(5.0, 8.0), false, false),
             8.0
         );
         assert_eq!(
-            b.observe(Some(12.0), 12.0, point(5.0, 12.0), false, true),
+            b.observe((12.0, 12.0), 12.0, point(5.0, 12.0), false, true),
             8.0
         );
     }
@@ -197,21 +200,21 @@ mod tests {
     #[test]
     fn is_the_sustained_latency_while_warming_up_and_unpublished_until_then() {
         let mut b = Baseline::default();
-        assert_eq!(b.observe(Some(7.0), 8.0, None, true, false), 8.0);
-        assert_eq!(b.observe(Some(9.0), 10.0, None, true, false), 10.0);
+        assert_eq!(b.observe((7.0, 7.0), 8.0, None, true, false), 8.0);
+        assert_eq!(b.observe((9.0, 9.0), 10.0, None, true, false), 10.0);
         assert_eq!(b.value(), None);
-        assert_eq!(b.observe(Some(12.0), 12.0, None, false, false), 10.0);
+        assert_eq!(b.observe((12.0, 12.0), 12.0, None, false, false), 10.0);
         assert_eq!(b.value(), Some(10.0));
     }
 
     #[test]
     fn heals_by_at_most_a_doubling_and_then_needs_fresh_evidence() {
         let mut b = Baseline::default();
-        b.observe(Some(1.0), 1.0, point(100.0, 1.0), false, true);
+        b.observe((1.0, 1.0), 1.0, point(100.0, 1.0), false, true);
         let mut baselines = vec![1.0];
         for i in 0..40 {
             let inflight = 100.0 - 2.0 * f64::from(i);
-            baselines.push(b.observe(Some(10.0), 10.0, point(inflight, 10.0), false, true));
+            baselines.push(b.observe((10.0, 10.0), 10.0, point(inflight, 10.0), false, true));
         }
         baselines.dedup();
         assert!(baselines.len() >= 3, "{baselines:?}");
@@ -222,11 +225,11 @@ mod tests {
     #[test]
     fn heals_to_the_latency_the_last_five_windows_all_kept_to() {
         let mut b = Baseline::default();
-        b.observe(Some(1.0), 1.0, point(100.0, 1.0), false, true);
+        b.observe((1.0, 1.0), 1.0, point(100.0, 1.0), false, true);
         let healed = (0..40)
             .map(|i| {
                 b.observe(
-                    Some(1.5),
+                    (1.5, 1.5),
                     1.8,
                     point(100.0 - 2.0 * f64::from(i), 1.6),
                     false,
@@ -240,27 +243,27 @@ mod tests {
     #[test]
     fn takes_a_lower_window_at_once_for_a_while_after_following() {
         let mut b = Baseline::default();
-        b.observe(Some(1.0), 1.0, point(10.0, 1.0), false, true);
+        b.observe((1.0, 1.0), 1.0, point(10.0, 1.0), false, true);
         b.follow(20.0);
         assert_eq!(
-            b.observe(None, 20.0, point(10.0, 15.0), false, true),
+            b.observe((16.0, 15.0), 20.0, point(10.0, 15.0), false, true),
             20.0,
-            "a p90 that does not describe its window"
+            "a p90 under its window's mean does not describe it"
         );
         assert_eq!(
-            b.observe(Some(9.0), 20.0, point(10.0, 9.0), false, true),
+            b.observe((9.0, 9.0), 20.0, point(10.0, 9.0), false, true),
             20.0,
             "under half of it: no queue drains so far"
         );
         assert_eq!(
-            b.observe(Some(15.0), 20.0, point(10.0, 15.0), false, true),
+            b.observe((15.0, 15.0), 20.0, point(10.0, 15.0), false, true),
             15.0
         );
         for _ in 3..AFTER_FOLLOW_WINDOWS {
-            b.observe(Some(16.0), 20.0, point(10.0, 16.0), false, true);
+            b.observe((16.0, 16.0), 20.0, point(10.0, 16.0), false, true);
         }
         assert_eq!(
-            b.observe(Some(12.0), 20.0, point(10.0, 12.0), false, true),
+            b.observe((12.0, 12.0), 20.0, point(10.0, 12.0), false, true),
             15.0
         );
     }
@@ -268,10 +271,10 @@ mod tests {
     #[test]
     fn the_no_load_mean_is_the_baseline_times_the_shape_of_windows_that_queued_nothing() {
         let mut b = Baseline::default();
-        b.observe(Some(10.0), 10.0, point(10.0, 10.0), true, false);
+        b.observe((10.0, 10.0), 10.0, point(10.0, 10.0), true, false);
         b.learn_shape(5.0, 10.0, true);
         assert_eq!(b.mean(), None, "no baseline yet");
-        b.observe(Some(10.0), 10.0, point(10.0, 10.0), false, false);
+        b.observe((10.0, 10.0), 10.0, point(10.0, 10.0), false, false);
         b.learn_shape(7.5, 10.0, false);
         assert_eq!(b.mean(), Some(6.25));
         // Bound, or out of the band: a queue of ours may be in it.
@@ -286,11 +289,11 @@ mod tests {
     #[test]
     fn does_not_heal_while_the_latency_is_still_moving() {
         let mut b = Baseline::default();
-        b.observe(Some(1.0), 1.0, point(100.0, 1.0), false, true);
+        b.observe((1.0, 1.0), 1.0, point(100.0, 1.0), false, true);
         for i in 0..40 {
             let inflight = 100.0 - 2.0 * f64::from(i);
             assert_eq!(
-                b.observe(Some(3.0), 3.0, point(inflight, 3.0), false, false),
+                b.observe((3.0, 3.0), 3.0, point(inflight, 3.0), false, false),
                 1.0
             );
         }

@@ -223,11 +223,8 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             && highest_before.is_some_and(|highest| p90 > RISING * highest);
         let warming_up =
             self.filter.is_warming_up() || window.p90_weight < self.min_samples || rising;
-        // A p90 under the window's mean leaves out a tenth of answers far slower than it (a
-        // mix that happened to hold few large requests): no latency to take at once.
-        let representative = (window.mean_latency_ns <= p90).then_some(p90);
         let mut baseline = self.baseline.observe(
-            representative,
+            (window.mean_latency_ns, p90),
             sustained,
             point,
             warming_up,
