@@ -24,8 +24,11 @@ use crate::window::dispersed;
 /// An answer within this multiple of the typical one (the median before the round), or of
 /// the fastest, did not queue.
 const QUEUEING: f64 = 1.25;
-/// Answers at a new level before it can be found to queue (HyStart's N_RTT_SAMPLE): one
-/// slow answer is the spread of service times.
+/// Answers at a new level before it is judged either way (HyStart's N_RTT_SAMPLE): one slow
+/// answer is the spread of service times, and the first fast ones are the requests that
+/// found a worker free before the queue formed behind them. Doubling on those, a
+/// destination saturated from the start doubled past its workers to the limit's bound, and
+/// the baseline learned there held the queue for good.
 const VERDICT_ANSWERS: u32 = 8;
 /// A request that started with this share of the limit in flight shows demand at the limit.
 pub(crate) const NEARLY_FULL: f64 = 0.75;
@@ -161,14 +164,14 @@ impl SlowStart {
             return None;
         }
         if self.grown.is_some() {
-            if self.tried == 0 {
+            if self.tried < VERDICT_ANSWERS {
                 return None; // the last growth has not been tried yet
             }
             // Most answers at the new level slower than the typical one before: it queued.
             // Only a refusal ends the growth there: a nearly full limit with nothing refused
             // needs no verdict yet.
             if 2 * self.tried_typical < self.tried {
-                if sheds == 0 || self.tried < VERDICT_ANSWERS {
+                if sheds == 0 {
                     return None;
                 }
                 self.done = true;
@@ -318,7 +321,7 @@ mod tests {
             None,
             "40 not tried yet"
         );
-        s.on_sample(240 * MS, 30 * MS, 40);
+        answers(&mut s, 8, 240 * MS, 30 * MS, 40);
         for _ in 0..100 {
             s.on_shed();
         }
@@ -341,8 +344,8 @@ mod tests {
             None,
             "29 of 40 is room"
         );
-        s.on_sample(260 * MS, 31 * MS, 30);
-        s.on_sample(270 * MS, 34 * MS, 30);
+        answers(&mut s, 4, 260 * MS, 31 * MS, 30);
+        answers(&mut s, 4, 270 * MS, 34 * MS, 30);
         assert_eq!(
             s.next_limit(300 * MS, 40.0, || TYPICAL),
             Some(80.0),
@@ -403,10 +406,34 @@ mod tests {
         s.on_shed();
         assert_eq!(s.next_limit(100 * MS, 50.0, || TYPICAL), Some(100.0));
         s.on_sample(300 * MS, 36 * MS, 100);
-        s.on_sample(350 * MS, 33 * MS, 100);
+        answers(&mut s, 6, 350 * MS, 33 * MS, 100);
         s.on_sample(400 * MS, 90 * MS, 100);
         s.on_shed();
         assert_eq!(s.next_limit(500 * MS, 100.0, || TYPICAL), Some(200.0));
+    }
+
+    #[test]
+    fn a_level_is_judged_on_eight_answers_not_on_its_first_fast_ones() {
+        let mut s = SlowStart::new(MAX);
+        s.on_shed();
+        assert_eq!(s.next_limit(100 * MS, 40.0, || TYPICAL), Some(80.0));
+        // The first requests at 80 found workers free; the queue forms behind them.
+        answers(&mut s, 2, 300 * MS, 31 * MS, 70);
+        for _ in 0..50 {
+            s.on_shed();
+        }
+        assert_eq!(
+            s.next_limit(400 * MS, 80.0, || TYPICAL),
+            None,
+            "two fast answers are no verdict"
+        );
+        answers(&mut s, 6, 600 * MS, 60 * MS, 80);
+        s.on_shed();
+        assert_eq!(
+            s.next_limit(700 * MS, 80.0, || TYPICAL),
+            Some(70.0),
+            "six of eight queued: back to where answers were clean"
+        );
     }
 
     #[test]

@@ -83,6 +83,24 @@ fn clients_retrying_refusals_at_once_still_converge_to_capacity() {
 }
 
 /// Over seeds 1 to 5, as convergence.
+/// 100 clients saturating 50 workers from the first connect, each retrying a refusal after a
+/// second. Slow start judged its levels on their first answers, which came from the requests
+/// that found a worker free: it doubled past the workers to the bound, learned the queue
+/// there as the baseline, and the limit stayed at 200 (seeds 10 and 63 of 100).
+#[test]
+fn a_start_saturated_at_50_workers_does_not_double_past_them_to_the_bound() {
+    for seed in [10, 63] {
+        let trace = run_seeded(
+            seed,
+            120.0,
+            UpstreamSpec::steady(50),
+            Service::lognormal(0.5, SIGMA),
+            Load::closed(100, 1.0),
+        );
+        within(&trace, (60.0, 120.0), 40.0, 75.0);
+    }
+}
+
 #[test]
 fn capacity_halves_then_returns() {
     let upstream = UpstreamSpec {
