@@ -4,12 +4,13 @@
 //! admitted or a request started with [`NEARLY_FULL`] of the limit in flight (TCP grows its
 //! window in slow start while the flight uses half of it): growing then spares the
 //! refusal. The connection says so once it is established, a request only when answered:
-//! a load whose long requests fill in over seconds reaches the limit before its answers. The first growth
-//! meets the refused connects twice over (a burst refused once comes again), later ones
-//! double as in TCP's slow start (RFC 5681), at most once per round: a round ends when a
-//! request admitted with [`NEARLY_FULL`] of the new level in flight has been answered, so the
-//! new level has been tried. Not the whole level: a load that fills in over seconds (long
-//! requests among short ones) would be refused at the level before any answer to it came.
+//! a load whose long requests fill in over seconds reaches the limit before its answers.
+//! The first growth meets the refused connects twice over (a burst refused once comes
+//! again), later ones double as in TCP's slow start (RFC 5681), at most once per round: a
+//! round ends when [`VERDICT_ANSWERS`] requests admitted with [`NEARLY_FULL`] of the new
+//! level in flight have been answered, so the new level has been tried. Not the whole
+//! level: a load that fills in over seconds (long requests among short ones) would be
+//! refused at the level before any answer to it came.
 //!
 //! As in HyStart (RFC 9406) growth stops on delay, comparing a round with what came before:
 //! when most answers to requests that started at the new level took more than [`QUEUEING`]
