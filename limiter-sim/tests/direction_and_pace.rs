@@ -82,7 +82,6 @@ fn clients_retrying_refusals_at_once_still_converge_to_capacity() {
     settles_within(50, Load::closed(400, 0.001), 40.0, 65.0);
 }
 
-/// Over seeds 1 to 5, as convergence.
 /// 100 clients saturating 50 workers from the first connect, each retrying a refusal after a
 /// second. Slow start judged its levels on their first answers, which came from the requests
 /// that found a worker free: it doubled past the workers to the bound, learned the queue
@@ -101,6 +100,7 @@ fn a_start_saturated_at_50_workers_does_not_double_past_them_to_the_bound() {
     }
 }
 
+/// Over seeds 1 to 5, as convergence.
 #[test]
 fn capacity_halves_then_returns() {
     let upstream = UpstreamSpec {
