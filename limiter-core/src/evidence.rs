@@ -253,6 +253,12 @@ const PLATEAU_WINDOWS: usize = 10;
 /// 1.1x missed 1.7x the in-flight buying 1.13x the throughput.
 const PLATEAU_INFLIGHT: f64 = 1.2;
 const PLATEAU_ELASTICITY: f64 = 0.5;
+/// A bound window whose mean latency is this multiple of the service time's, with more in
+/// flight, held a queue.
+const QUEUED_ABOVE: f64 = 1.1;
+/// Latency this multiple of the baseline or more may be followed on Little's law alone:
+/// less, two heals move the baseline there, and the follow's service time is read low.
+const FAR_OVER: f64 = 4.0;
 /// A window serving at least this share of the most the upstream served was saturating it.
 const SATURATING: f64 = 0.9;
 /// Windows back in which a lowering of in-flight by [`FLAT_CUT`] is looked for...
@@ -394,7 +400,10 @@ impl Evidence {
             })
         });
         if !saturated {
-            return None;
+            let far = (baseline.max(1.0) * FAR_OVER).ln() as f32;
+            return Self::queued_above_the_service_time(|| {
+                bound().filter(move |p| p.latency >= far)
+            });
         }
         let elevated = || {
             self.newest_first()
@@ -425,6 +434,36 @@ impl Evidence {
             (sum / count, count),
         );
         Some((saturation, service_p90))
+    }
+
+    /// A saturation read by Little's law when no plateau shows: the bound window with the
+    /// least mean latency measured the service time, and one with more in flight whose
+    /// mean was over it held a queue, so what it served was all the upstream serves.
+    fn queued_above_the_service_time<I: Iterator<Item = LogPoint>>(
+        bound: impl Fn() -> I,
+    ) -> Option<(Saturation, f64)> {
+        let service = bound()
+            .filter(|p| p.mean_latency.is_finite())
+            .min_by(|a, b| a.mean_latency.total_cmp(&b.mean_latency))?;
+        let more = PLATEAU_INFLIGHT.ln() as f32;
+        let queued = QUEUED_ABOVE.ln() as f32;
+        let hi = bound()
+            .filter(|p| {
+                p.mean_latency.is_finite()
+                    && p.inflight >= service.inflight + more
+                    && p.mean_latency >= service.mean_latency + queued
+            })
+            .max_by(|a, b| a.throughput.total_cmp(&b.throughput))?;
+        let throughput = f64::from(hi.throughput).exp();
+        let service_mean = f64::from(service.mean_latency).exp();
+        let workers = throughput * service_mean / 1e9;
+        let saturation = Saturation::new(
+            throughput,
+            service_mean,
+            (workers, throughput),
+            (throughput, 1.0),
+        );
+        Some((saturation, f64::from(service.latency).exp()))
     }
 
     /// Whether the limit lowered in-flight in the newest windows (the higher window was
@@ -655,6 +694,47 @@ mod tests {
             s.capacity().round(),
             32.0,
             "the workers, where the newest window's mean reads back its 48 in flight"
+        );
+    }
+
+    #[test]
+    fn a_queue_over_the_service_time_shows_the_saturation_when_no_plateau_does() {
+        // Seen in the simulator at 64 workers and 100 clients, 810 ms of service: the onset's
+        // windows were the clients' own, and the first cut took in-flight under the workers,
+        // so throughput followed in-flight in every bound window after it.
+        let onset = [
+            (71.9, 73.0, 985.0),
+            (51.4, 46.5, 832.0),
+            (27.9, 30.5, 872.0),
+        ];
+        let saturation = |baseline_ms: f64, windows: &[(f64, f64, f64)]| {
+            let mut e = Evidence::default();
+            for &(inflight, throughput, mean_ms) in windows {
+                e.push(EvidencePoint {
+                    inflight,
+                    throughput,
+                    latency: 1.4 * mean_ms * 1e6,
+                    mean_latency: Some(mean_ms * 1e6),
+                    bound: true,
+                });
+            }
+            e.saturation(baseline_ms * 1e6, (872e6, 1.4 * 872e6))
+        };
+        let (s, service_p90) = saturation(45.0, &onset).expect("saturated");
+        assert_eq!((s.service_mean() / 1e6).round(), 832.0);
+        assert_eq!((service_p90 / 1e6).round(), 1165.0);
+        assert_eq!(
+            s.capacity().round(),
+            61.0,
+            "Little's law: 73 a second at 832 ms keeps 61 workers busy"
+        );
+        assert!(
+            saturation(400.0, &onset).is_none(),
+            "under four times the baseline: the heal's to move, not a follow's"
+        );
+        assert!(
+            saturation(45.0, &onset[1..]).is_none(),
+            "no window over the service time: an upstream that serves whatever it is sent"
         );
     }
 

@@ -43,34 +43,29 @@ fn the_limit_follows_a_slow_upstream_down_and_back_up_leaving_others_alone() {
     // connections than before, and the limit does not cut below those.)
     slowing.set_delay_ms(SLOW_MS);
     let piling_up = CurlLoad::start(&cg, &slowing, LOAD);
-    // The limit may stay under the load for one window only, before the follow takes it
-    // back up: a status poll can miss it, the debug log of windows cannot.
-    let fell_in_a_window = || {
-        agent
-            .windows(slowing.addr)
-            .iter()
-            .any(|w| w["limit"].as_f64() < Some(LOAD as f64))
+    // The limit bounds the pile-up: a window of the slowdown cuts it under the demand, and
+    // connects are refused. How far it falls is the controller's to choose (once the
+    // upstream is seen to saturate, it follows what the upstream serves instead of going on
+    // down), and it may stay there for one window only: a status poll can miss it, the
+    // debug log of windows cannot.
+    let demand = 2.0 * LOAD as f64;
+    let cut_under_the_demand = |w: &Value| {
+        let figure = |name: &str| w[name].as_f64();
+        figure("limit").is_some_and(|limit| limit < demand)
+            && figure("limit") < figure("limit_before")
+            && figure("p90_ms").is_some_and(|p90| p90 > 2.0 * NORMAL_MS as f64)
     };
     let (slow, fine) = watch.until(
-        "the slow upstream's limit to fall and refuse connects",
+        "a window of the slowdown to cut the limit under the piled-up demand, and refusals",
         |slow, _| {
-            (!healthy(slow) || fell_in_a_window()) && slow["shed"].as_i64() > shed_before.as_i64()
+            slow["shed"].as_i64() > shed_before.as_i64()
+                && agent.windows(slowing.addr).iter().any(cut_under_the_demand)
         },
     );
     let p90 = slow["p90_ms"].as_f64().unwrap();
     assert!(
         p90 > 2.0 * NORMAL_MS as f64,
         "the published p90 shows the slowdown: {p90}"
-    );
-    let cut = |w: &Value| {
-        let figure = |name: &str| w[name].as_f64();
-        figure("limit") < figure("limit_before")
-            && figure("limit").is_some()
-            && figure("p90_ms").is_some_and(|p90| p90 > 2.0 * NORMAL_MS as f64)
-    };
-    assert!(
-        agent.windows(slowing.addr).iter().any(cut),
-        "the debug log shows a window of the slowdown that cut the limit"
     );
     if !watch.steady_disturbed {
         assert!(
