@@ -658,16 +658,7 @@ mod tests {
 
     #[test]
     fn saturation_shows_without_the_latency_rising() {
-        let mut e = Evidence::default();
-        for (inflight, throughput) in [(90.0, 37.0), (50.0, 39.0)] {
-            e.push(EvidencePoint {
-                inflight,
-                throughput,
-                latency: 2e9,
-                mean_latency: None,
-                bound: true,
-            });
-        }
+        let e = bound_windows(&[(90.0, 37.0), (50.0, 39.0)]);
         let (s, _) = e.saturation(100e6, (1e9, 2e9)).expect("saturated");
         assert_eq!(s.throughput.round(), 39.0);
     }
@@ -678,13 +669,12 @@ mod tests {
         // 32 workers at 0.8 s serve 40 per second; in-flight beyond them queues.
         for (inflight, mean_latency) in [(90.0, 2.25), (48.0, 1.2), (24.0, 0.8), (48.0, 1.2)] {
             let throughput = inflight / mean_latency;
-            e.push(EvidencePoint {
-                inflight,
-                throughput,
-                latency: 1.5 * mean_latency * 1e9,
-                mean_latency: Some(mean_latency * 1e9),
-                bound: true,
-            });
+            push_bound(
+                &mut e,
+                (inflight, throughput),
+                1.5 * mean_latency * 1e9,
+                Some(mean_latency * 1e9),
+            );
         }
         let (s, service_p90) = e.saturation(100e6, (1.2e9, 1.8e9)).expect("saturated");
         assert_eq!(s.throughput.round(), 40.0);
@@ -710,13 +700,12 @@ mod tests {
         let saturation = |baseline_ms: f64, windows: &[(f64, f64, f64)]| {
             let mut e = Evidence::default();
             for &(inflight, throughput, mean_ms) in windows {
-                e.push(EvidencePoint {
-                    inflight,
-                    throughput,
-                    latency: 1.4 * mean_ms * 1e6,
-                    mean_latency: Some(mean_ms * 1e6),
-                    bound: true,
-                });
+                push_bound(
+                    &mut e,
+                    (inflight, throughput),
+                    1.4 * mean_ms * 1e6,
+                    Some(mean_ms * 1e6),
+                );
             }
             e.saturation(baseline_ms * 1e6, (872e6, 1.4 * 872e6))
         };
@@ -756,30 +745,34 @@ mod tests {
             (30.1, 29.6, 1.556, 1.281),
             (18.4, 31.4, 0.835, 0.810),
         ] {
-            e.push(EvidencePoint {
-                inflight,
-                throughput,
-                latency: p90 * 1e9,
-                mean_latency: Some(mean * 1e9),
-                bound: true,
-            });
+            push_bound(&mut e, (inflight, throughput), p90 * 1e9, Some(mean * 1e9));
         }
         let (s, _) = e.saturation(31e6, (0.81e9, 0.835e9)).expect("saturated");
         assert_eq!(s.throughput.round(), 34.0, "the most a slow window served");
         assert!(s.served < 35.0, "served {}", s.served);
     }
 
+    /// Records a window the limit bound: its (in-flight, throughput), p90 and mean latency.
+    fn push_bound(
+        e: &mut Evidence,
+        (inflight, throughput): (f64, f64),
+        p90: f64,
+        mean: Option<f64>,
+    ) {
+        e.push(EvidencePoint {
+            inflight,
+            throughput,
+            latency: p90,
+            mean_latency: mean,
+            bound: true,
+        });
+    }
+
     /// Bound windows at (in-flight, throughput), all 2 s at p90 with no known mean.
     fn bound_windows(points: &[(f64, f64)]) -> Evidence {
         let mut e = Evidence::default();
         for &(inflight, throughput) in points {
-            e.push(EvidencePoint {
-                inflight,
-                throughput,
-                latency: 2e9,
-                mean_latency: None,
-                bound: true,
-            });
+            push_bound(&mut e, (inflight, throughput), 2e9, None);
         }
         e
     }
@@ -843,13 +836,7 @@ mod tests {
     fn the_capacity_is_what_the_saturating_windows_served_on_average() {
         let mut e = Evidence::default();
         for throughput in [41.4, 38.0, 39.0, 20.0] {
-            e.push(EvidencePoint {
-                inflight: 90.0 - throughput,
-                throughput,
-                latency: 2e9,
-                mean_latency: Some(1e9),
-                bound: true,
-            });
+            push_bound(&mut e, (90.0 - throughput, throughput), 2e9, Some(1e9));
         }
         let (mut s, _) = e.saturation(100e6, (1e9, 2e9)).expect("saturated");
         assert_eq!(s.throughput, 41.4);
@@ -870,13 +857,7 @@ mod tests {
         let mut e = Evidence::default();
         for i in 0..=25 {
             let inflight = 97.0 - 0.6 * f64::from(i);
-            e.push(EvidencePoint {
-                inflight,
-                throughput: inflight / 1.05,
-                latency: 1.5e9,
-                mean_latency: Some(1.05e9),
-                bound: true,
-            });
+            push_bound(&mut e, (inflight, inflight / 1.05), 1.5e9, Some(1.05e9));
         }
         assert!(e.mean_ignored_a_trim());
     }
