@@ -174,6 +174,7 @@ fn a_limit_change_says_old_new_and_why() {
 
 #[kernel_test]
 fn a_slowdown_lowers_the_limit_with_the_latency_that_moved_it() {
+    const SLOW_MS: u64 = 100;
     let cg = TestCgroup::new("eventsslowdown");
     let up = SlowHttp::start(5);
     let _agent = Agent::start(&cg, &[]);
@@ -183,19 +184,22 @@ fn a_slowdown_lowers_the_limit_with_the_latency_that_moved_it() {
     });
     let mut reader = Reader::start(&cg, true);
     let lines = reader.lines();
-    up.set_delay_ms(100);
+    up.set_delay_ms(SLOW_MS);
     let dest = up.addr.to_string();
+    // Vegas may trim a healthy limit on the noise of its smoothed latency (a loaded machine,
+    // an emulated one) just before the slowdown shows: the change looked for is the first
+    // cut of a window whose p90 only the slowdown explains.
     let change = json(&next_matching(&lines, |l| {
         let e = json(l);
-        e["event"] == "limit" && e["destination"] == dest && e["new"].as_u64() < e["old"].as_u64()
+        e["event"] == "limit"
+            && e["destination"] == dest
+            && e["new"].as_u64() < e["old"].as_u64()
+            && e["p90_ms"].as_f64() > Some(SLOW_MS as f64 / 2.0)
     }));
-    let (p90, baseline) = (
-        change["p90_ms"].as_f64().unwrap(),
-        change["baseline_ms"].as_f64().unwrap(),
-    );
+    let baseline = change["baseline_ms"].as_f64().unwrap();
     assert!(
-        p90 > baseline,
-        "the latency above its baseline moved it: {change}"
+        baseline < SLOW_MS as f64 / 2.0,
+        "the event names the baseline the slowdown left, not the slow latency: {change}"
     );
     assert_eq!(change["reconfigured"], false);
 }
