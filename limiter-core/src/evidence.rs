@@ -235,6 +235,14 @@ impl Saturation {
     }
 }
 
+/// The window among `windows` with the least mean latency (of those that measured one): the
+/// closest to no queue of ours, so the service time.
+fn least_mean(windows: impl Iterator<Item = LogPoint>) -> Option<LogPoint> {
+    windows
+        .filter(|p| p.mean_latency.is_finite())
+        .min_by(|a, b| a.mean_latency.total_cmp(&b.mean_latency))
+}
+
 /// A mean latency under this share of the service time is the upstream fast again.
 const SPED_UP: f64 = 0.5;
 /// A mean over the service time by this share of what one request queued over the workers
@@ -419,11 +427,9 @@ impl Evidence {
         let (saturating_inflight, saturating_throughput) = served()
             .map(|p| (p.inflight, p.throughput))
             .reduce(|a, b| if b.0 < a.0 { b } else { a })?;
-        let (service_mean, service_p90) = bound()
-            .filter(|p| p.mean_latency.is_finite())
-            .map(|p| (f64::from(p.mean_latency).exp(), f64::from(p.latency).exp()))
-            .reduce(|a, b| if b.0 < a.0 { b } else { a })
-            .unwrap_or(newest);
+        let (service_mean, service_p90) = least_mean(bound()).map_or(newest, |p| {
+            (f64::from(p.mean_latency).exp(), f64::from(p.latency).exp())
+        });
         let saturation = Saturation::new(
             f64::from(best).exp(),
             service_mean,
@@ -442,9 +448,7 @@ impl Evidence {
     fn queued_above_the_service_time<I: Iterator<Item = LogPoint>>(
         bound: impl Fn() -> I,
     ) -> Option<(Saturation, f64)> {
-        let service = bound()
-            .filter(|p| p.mean_latency.is_finite())
-            .min_by(|a, b| a.mean_latency.total_cmp(&b.mean_latency))?;
+        let service = least_mean(bound())?;
         let more = PLATEAU_INFLIGHT.ln() as f32;
         let queued = QUEUED_ABOVE.ln() as f32;
         let hi = bound()
