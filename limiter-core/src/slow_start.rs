@@ -12,6 +12,13 @@
 //! level: a load that fills in over seconds (long requests among short ones) would be
 //! refused at the level before any answer to it came.
 //!
+//! The initial limit is a guess, not a level tried: a load that uses [`ROOM_AT`] of it before
+//! anything grew it gets twice the room once, with no round to judge. Poisson arrivals at
+//! 20 per second on 0.38 s answers hold 8 in flight on average and 21 or more about once in
+//! 20 000 looks, which the initial limit of 20 refused inside one 100 ms update. The room is
+//! not judged: a round judged on the first few answers now and then reads their healthy
+//! spread as a queue, and learning then ends under what the load needs.
+//!
 //! As in HyStart (RFC 9406) growth stops on delay, comparing a round with what came before:
 //! when most answers to requests that started at the new level took more than [`QUEUEING`]
 //! x the median answer before the growth, the level queued. Growth ends there, back at the
@@ -33,6 +40,9 @@ const QUEUEING: f64 = 1.25;
 const VERDICT_ANSWERS: u32 = 8;
 /// A request that started with this share of the limit in flight shows demand at the limit.
 pub(crate) const NEARLY_FULL: f64 = 0.75;
+/// A request that started with this share of the initial limit in flight needs room for
+/// its load's next peak beyond it.
+const ROOM_AT: f64 = 0.6;
 
 /// Growth on demand at the limit while a destination is learned.
 #[derive(Clone, Copy, Debug)]
@@ -60,6 +70,8 @@ pub struct SlowStart {
     /// The highest in-flight an answer within [`QUEUEING`] x the fastest started at.
     clean_inflight: u32,
     done: bool,
+    /// The initial limit was doubled for room, unjudged; that happens once.
+    roomy: bool,
     /// The last round queued: the windows of that round measured our queue.
     queued: bool,
 }
@@ -81,6 +93,7 @@ impl SlowStart {
             fastest_ns: u64::MAX,
             clean_inflight: 0,
             done: false,
+            roomy: false,
             queued: false,
         }
     }
@@ -157,11 +170,16 @@ impl SlowStart {
         }
         // Identical latencies are a timer (a hung upstream's clients timing out), whose
         // connections are no demand to grow for.
-        let nearly_full = f64::from(self.peak_inflight) >= NEARLY_FULL * limit
-            && self
-                .peak_latencies
-                .is_some_and(|(lo, hi)| dispersed(lo, hi));
-        if sheds == 0 && !nearly_full {
+        let served = self
+            .peak_latencies
+            .is_some_and(|(lo, hi)| dispersed(lo, hi));
+        let used = |share: f64| served && f64::from(self.peak_inflight) >= share * limit;
+        if sheds == 0 && !used(NEARLY_FULL) {
+            if used(ROOM_AT) && self.grown.is_none() && !self.roomy {
+                self.roomy = true;
+                self.forget_peak();
+                return Some((2.0 * limit).min(self.max)).filter(|&room| room > limit);
+            }
             return None;
         }
         if self.grown.is_some() {
@@ -238,17 +256,48 @@ mod tests {
             None,
             "the limit starts"
         );
-        s.on_sample(180 * MS, 30 * MS, 14);
+        s.on_sample(180 * MS, 30 * MS, 11);
         assert_eq!(
             s.next_limit(200 * MS, 20.0, || TYPICAL),
             None,
-            "14 of 20 is room"
+            "11 of 20 is room"
         );
         s.on_sample(280 * MS, 32 * MS, 15);
         assert_eq!(
             s.next_limit(300 * MS, 20.0, || TYPICAL),
             Some(40.0),
             "15 of 20"
+        );
+    }
+
+    #[test]
+    fn a_load_using_most_of_the_initial_limit_gets_room_once_without_a_round() {
+        let mut s = SlowStart::new(MAX);
+        assert_eq!(
+            s.next_limit(100 * MS, 20.0, || TYPICAL),
+            None,
+            "the limit starts"
+        );
+        s.on_sample(170 * MS, 30 * MS, 11);
+        s.on_sample(180 * MS, 34 * MS, 12);
+        assert_eq!(
+            s.next_limit(200 * MS, 20.0, || TYPICAL),
+            Some(40.0),
+            "12 of 20"
+        );
+        s.on_sample(280 * MS, 30 * MS, 25);
+        s.on_sample(290 * MS, 34 * MS, 26);
+        assert_eq!(
+            s.next_limit(300 * MS, 40.0, || TYPICAL),
+            None,
+            "26 of 40: the room is given once"
+        );
+        s.on_sample(380 * MS, 31 * MS, 30);
+        s.on_shed();
+        assert_eq!(
+            s.next_limit(400 * MS, 40.0, || TYPICAL),
+            Some(80.0),
+            "the room was no round: growth on demand needs no verdict on it"
         );
     }
 
@@ -262,11 +311,11 @@ mod tests {
         );
         s.on_sample(150 * MS, 30 * MS, 6);
         s.on_sample(160 * MS, 34 * MS, 7);
-        s.on_connect(170 * MS, 14);
+        s.on_connect(170 * MS, 11);
         assert_eq!(
             s.next_limit(200 * MS, 20.0, || TYPICAL),
             None,
-            "14 of 20 is room"
+            "11 of 20 is room"
         );
         s.on_connect(280 * MS, 15);
         assert_eq!(

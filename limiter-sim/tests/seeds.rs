@@ -5,7 +5,7 @@ use limiter_sim::{scenarios, sweep, AlgorithmChoice};
 
 /// Scenarios held to every seed; the others are listed in docs/simulation.md with how
 /// often they fail.
-const ROBUST: [&str; 12] = [
+const ROBUST: [&str; 13] = [
     "converge",
     "baseline-shift",
     "mixed-sizes",
@@ -18,6 +18,7 @@ const ROBUST: [&str; 12] = [
     "errors",
     "recovery",
     "capacity-halves",
+    "production",
 ];
 const SEEDS: u64 = 200;
 
