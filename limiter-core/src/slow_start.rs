@@ -12,12 +12,13 @@
 //! level: a load that fills in over seconds (long requests among short ones) would be
 //! refused at the level before any answer to it came.
 //!
-//! The initial limit is a guess, not a level tried: a load that uses [`ROOM_AT`] of it before
-//! anything grew it gets twice the room once, with no round to judge. Poisson arrivals at
-//! 20 per second on 0.38 s answers hold 8 in flight on average and 21 or more about once in
-//! 20 000 looks, which the initial limit of 20 refused inside one 100 ms update. The room is
-//! not judged: a round judged on the first few answers now and then reads their healthy
-//! spread as a queue, and learning then ends under what the load needs.
+//! The limit learning starts at (the initial limit, or the peak of the first 100 ms) is a
+//! guess, not a level tried: a load that uses [`ROOM_AT`] of it before anything grew it gets
+//! twice the room once, with no round to judge. Poisson arrivals at 20 per second on 0.38 s
+//! answers hold 8 in flight on average and 21 or more about once in 20 000 looks, which the
+//! initial limit of 20 refused inside one 100 ms update. The room is not judged: a round
+//! judged on the first few answers now and then reads their healthy spread as a queue, and
+//! learning then ends under what the load needs.
 //!
 //! As in HyStart (RFC 9406) growth stops on delay, comparing a round with what came before:
 //! when most answers to requests that started at the new level took more than [`QUEUEING`]
@@ -40,8 +41,8 @@ const QUEUEING: f64 = 1.25;
 const VERDICT_ANSWERS: u32 = 8;
 /// A request that started with this share of the limit in flight shows demand at the limit.
 pub(crate) const NEARLY_FULL: f64 = 0.75;
-/// A request that started with this share of the initial limit in flight needs room for
-/// its load's next peak beyond it.
+/// A request that started with this share of the first limit in flight needs room for its
+/// load's next peak beyond it.
 const ROOM_AT: f64 = 0.6;
 
 /// Growth on demand at the limit while a destination is learned.
@@ -70,7 +71,7 @@ pub struct SlowStart {
     /// The highest in-flight an answer within [`QUEUEING`] x the fastest started at.
     clean_inflight: u32,
     done: bool,
-    /// The initial limit was doubled for room, unjudged; that happens once.
+    /// The first limit was doubled for room, unjudged; that happens once.
     roomy: bool,
     /// The last round queued: the windows of that round measured our queue.
     queued: bool,
