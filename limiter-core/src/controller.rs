@@ -25,17 +25,23 @@ const FLAT_WINDOWS: u32 = 2;
 const SLACK: f64 = 2.0;
 /// A newest p90 under this multiple of the baseline is a mild rise; a slowdown is more.
 const MILD: f64 = 2.0;
-/// Two windows running whose p90s are both this multiple of the baseline or more are read as
-/// the smoothed latency at once, when the newer one had no timeout of a request sent since
-/// the last cut: the filter's median of five windows shows a step only at the third slow
-/// one. A doubling (baseline-shift) stays under it. Fresh timeouts leave it to the median:
-/// the requests queued at a step time out for windows, and the error pressure of each
-/// already cuts for them.
+/// A full window whose p90 is this multiple of the baseline or more is read as the smoothed
+/// latency at once, when it had no timeout of a request sent since the last cut: the filter's
+/// median of five windows shows a step only at the third slow one, and until the limit is
+/// cut the step's queue grows (a 2 s client's requests time out behind it). A doubling
+/// (baseline-shift) stays under it. Fresh timeouts leave it to the median: the requests
+/// queued at a step time out for windows, and the error pressure of each already cuts for
+/// them.
 const ONSET: f64 = 3.0;
 /// While following a saturated upstream the limit stays under this multiple of what it
 /// serves times its service time (BBR's congestion window over its bandwidth-delay
 /// product): enough queue to keep its workers busy, and no more.
 const BDP_GAIN: f64 = 1.15;
+/// A window that refused connects counts as bound by the limit only if its mean in-flight
+/// was at least this share of it: one refusing only at its end ran under the limit, its
+/// in-flight rising through it (a step's queue building), and read at the limit it makes the
+/// cut after it look like one the latency ignored.
+const BOUND_SHARE: f64 = 0.5;
 /// A window whose mean in-flight ran over this multiple of its limit was still draining the
 /// queue a cut left behind: its answers waited in that queue, so its mean reads the service
 /// time high, and times its throughput reads its own in-flight back as the capacity
@@ -101,11 +107,7 @@ pub struct DestinationController<A = AnyAlgorithm> {
     /// While the baseline follows a saturated upstream, until it recovers: what it serves at
     /// saturation, its service time and the least in-flight that saturated it.
     following: Option<Saturation>,
-    /// The p90 of the last window's answers (no p90 is under a nanosecond, so 0 is none).
-    /// With timeouts it is a lower bound of the window's, the slowest being the ones missing.
-    /// `f32`, as in `Saturation`: a controller stays under 4 KiB.
-    last_p90: f32,
-    /// The step two windows showed, when the algorithm read it over the filter's smoothed
+    /// The step a full window showed, when the algorithm read it over the filter's smoothed
     /// p90 at the last close, else 0: what moved the limit is what status and events report.
     onset_p90: f32,
 }
@@ -147,7 +149,6 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             flat_windows: 0,
             cut_at_ns: 0,
             following: None,
-            last_p90: 0.0,
             onset_p90: 0.0,
             fresh_from_ns: 0,
             first_word_at: now_ns + FIRST_WORD_NS,
@@ -162,7 +163,7 @@ impl<A: LimitAlgorithm> DestinationController<A> {
     /// or while the destination is followed, they are the service time of workers that
     /// answer in step (a fixed sleep), which the saturation is read from.
     fn evidence_point(&self, window: &WindowSummary) -> Option<EvidencePoint> {
-        let bound = window.sheds > 0;
+        let bound = window.sheds > 0 && window.mean_inflight >= BOUND_SHARE * self.limit;
         let inflight = if bound {
             window.mean_inflight.max(self.limit)
         } else {
@@ -210,8 +211,7 @@ impl<A: LimitAlgorithm> DestinationController<A> {
         let smoothed = self.filter.push(p90);
         // Timeouts of requests sent before the last cut were the queue that cut answered for.
         let no_fresh_timeout = window.timeouts == window.stale_timeouts;
-        let before = std::mem::replace(&mut self.last_p90, p90 as f32);
-        let onset = (no_fresh_timeout && before > 0.0).then(|| f64::from(before).min(p90));
+        let onset = (no_fresh_timeout && window.samples >= self.min_samples).then_some(p90);
         // A p90 over fewer latencies than a full window, or a filter short of five windows,
         // is too noisy to be a minimum. Nor is one still rising before the first baseline,
         // with nothing refused: the long requests of a mix answer seconds after the short
@@ -318,10 +318,10 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             };
             return (Some(view), capacity);
         }
-        // Two windows running far over the baseline, the newer with no fresh timeout, are a
-        // slowdown the median of five shows only a window or two later.
-        let onset = onset.filter(|&both| both >= ONSET * baseline);
-        self.onset_p90 = onset.map_or(0.0, |both| both as f32);
+        // A full window far over the baseline with no fresh timeout is a slowdown the median
+        // of five shows only two windows later.
+        let onset = onset.filter(|&step| step >= ONSET * baseline);
+        self.onset_p90 = onset.map_or(0.0, |step| step as f32);
         // A window the limit bound that stayed in the band holds at most a short queue,
         // which its p90 shows only part of.
         let mean = window
@@ -330,7 +330,7 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             .zip(self.baseline.mean())
             .map(|(latest, baseline)| MeanLatency { latest, baseline });
         let view = LatencyView {
-            smoothed: onset.map_or(smoothed, |both| smoothed.max(both)),
+            smoothed: onset.map_or(smoothed, |step| smoothed.max(step)),
             latest: p90,
             baseline,
             self_queueing,
@@ -731,28 +731,31 @@ mod tests {
     }
 
     #[test]
-    fn two_windows_far_over_the_baseline_cut_before_the_median_shows_them() {
+    fn a_full_window_far_over_the_baseline_cuts_before_the_median_shows_it() {
         let clean = first_cut_after_a_step(None);
         assert!(
             clean.1 > 20 * 50 * MS,
             "the p90 that cut it: {} ms",
             clean.1 / MS
         );
-        assert!(clean.0 < 5.0, "cut {} s after the step", clean.0);
-        // The first window's timeouts cut the limit a little; those that follow are of
-        // requests sent before that cut, the queue it answered for.
+        let first_window = clean.0;
+        // The first window's timeout is of a request sent since the last cut (there was none)
+        // and leaves that window to the error pressure, which cuts a little; the timeouts
+        // after it are of requests sent before that cut, the queue it answered for, and the
+        // next full window cuts.
         let queued_before = first_cut_after_a_step(Some(5_000));
         assert_eq!(
-            queued_before.0, clean.0,
+            queued_before.0,
+            2.0 * first_window,
             "timeouts of the queue before a cut"
         );
         // Requests sent since the cut that time out are the error pressure's to cut for.
         let fresh = first_cut_after_a_step(Some(500));
         assert!(
-            fresh.0 > clean.0,
+            fresh.0 > queued_before.0,
             "with fresh timeouts the median's: {} s, against {} s",
             fresh.0,
-            clean.0
+            queued_before.0
         );
     }
 
@@ -836,6 +839,26 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_window_refusing_only_as_its_in_flight_rose_to_the_limit_was_not_bound_by_it() {
+        let (c, _) = learned(50, 7, 10);
+        let slow_ms = 27.0 * c.baseline_ns().expect("a baseline learned") as f64 / MS as f64;
+        let at = |mean_inflight: f64| {
+            c.evidence_point(&WindowSummary {
+                mean_inflight,
+                ..identical(slow_ms)
+            })
+            .expect("a slow window is evidence")
+        };
+        let rising = at(0.3 * c.limit);
+        assert!(
+            !rising.bound && rising.inflight == 0.3 * c.limit,
+            "{rising:?}"
+        );
+        let held = at(0.8 * c.limit);
+        assert!(held.bound && held.inflight == c.limit, "{held:?}");
+    }
+
     /// A controller after the slowdown the lab's onset shows (an upstream that sleeps 810 ms
     /// behind a proxy's 2 s timeout): a window of answers in step at that sleep of which
     /// `waited_share` waited for a worker, at less in flight than the two queued windows
@@ -861,8 +884,6 @@ mod tests {
             WindowSummary {
                 mean_inflight: 0.9 * limit_before,
                 peak_inflight: limit_before as u32,
-                // Little's law: its in-flight over the sleep, in answers per second.
-                samples: (0.9 * limit_before / 0.81 * 2.0) as u32,
                 waited_share: Some(waited_share),
                 ..identical(810.0)
             },

@@ -91,8 +91,8 @@ pub struct EvidencePoint {
     /// The mean latency of its answers, when they are all of its requests (timeouts took
     /// none of the slow ones): Little's law's time in flight.
     pub mean_latency: Option<f64>,
-    /// The limit refused connects in the window: in-flight was the limit's, not the
-    /// clients' choice.
+    /// The limit refused connects in the window, which ran near it: in-flight was the
+    /// limit's, not the clients' choice.
     pub bound: bool,
 }
 
