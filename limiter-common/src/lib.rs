@@ -6,7 +6,7 @@
 
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-pub const ABI_VERSION: u32 = 8;
+pub const ABI_VERSION: u32 = 9;
 
 /// A value the kernel wrote that no variant of the named ABI enum has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -122,9 +122,36 @@ abi_enum! {
     }
 }
 
+abi_enum! {
+    /// `sock_state.proto` (`LIMITER_PROTO_*`): what a connection speaks, read from the
+    /// client's first segments.
+    SockProto {
+        /// Cleartext request/response, or not known yet.
+        Plain = 0,
+        /// TLS, HTTP/2 not offered.
+        Tls = 1,
+        /// Cleartext HTTP/2.
+        H2c = 2,
+        /// TLS offering HTTP/2: its requests cannot be told apart.
+        Opaque = 3,
+    }
+}
+
+abi_enum! {
+    /// `sock_state.tls` (`LIMITER_TLS_*`): how far a TLS handshake has come.
+    TlsProgress {
+        None = 0,
+        Hello = 1,
+        Tls12Handshake = 2,
+        Tls12 = 3,
+        Tls13 = 4,
+    }
+}
+
 pub const SOCK_CONNECT_DONE: u32 = 1 << 1;
 pub const SOCK_SEQ_VALID: u32 = 1 << 2;
 pub const SOCK_REDIRECTED: u32 = 1 << 3;
+pub const SOCK_UNTIMED: u32 = 1 << 4;
 
 /// Map names, as pinned under the agent's per-cgroup directory.
 pub mod maps {
@@ -216,6 +243,9 @@ pub struct DestState {
     pub would_redirect: u64,
     pub connect_failed: u64,
     pub closed: u64,
+    /// Exchanges seen but not timed (TLS 1.3's first two per connection; a connection
+    /// whose exchanges cannot be told apart, HTTP/2 over TLS, once).
+    pub untimed: u64,
 }
 
 /// A group member's fall-forward candidates, in the order they are tried.
@@ -285,6 +315,11 @@ pub struct SockState {
     pub next_seq: u32,
     pub flags: u32,
     pub requested: DestKey,
+    pub proto: u8,
+    pub tls: u8,
+    pub untimed: u8,
+    pub segments: u8,
+    pub h2_stream: u32,
 }
 
 #[repr(C)]
@@ -330,11 +365,11 @@ impl LimiterEvent {
 const _: () = {
     assert!(core::mem::size_of::<DestKey>() == 20);
     assert!(core::mem::size_of::<DestPolicy>() == 48);
-    assert!(core::mem::size_of::<DestState>() == 80);
+    assert!(core::mem::size_of::<DestState>() == 88);
     assert!(core::mem::size_of::<DestPeers>() == 144);
     assert!(core::mem::size_of::<LimiterConfig>() == 32);
     assert!(core::mem::size_of::<GlobalStats>() == 32);
-    assert!(core::mem::size_of::<SockState>() == 88);
+    assert!(core::mem::size_of::<SockState>() == 96);
     assert!(core::mem::size_of::<LimiterEvent>() == 80);
     assert!(core::mem::size_of::<LimiterSignal>() == 48);
 };

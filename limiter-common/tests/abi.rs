@@ -42,7 +42,8 @@ fn layouts() -> Vec<Layout> {
                 redirected,
                 would_redirect,
                 connect_failed,
-                closed
+                closed,
+                untimed
             ]
         ),
         layout!(DestPeers, "dest_peers", [count, peers]),
@@ -77,7 +78,12 @@ fn layouts() -> Vec<Layout> {
                 request_inflight,
                 next_seq,
                 flags,
-                requested
+                requested,
+                proto,
+                tls,
+                untimed,
+                segments,
+                h2_stream
             ]
         ),
         layout!(
@@ -93,7 +99,7 @@ fn layouts() -> Vec<Layout> {
     ]
 }
 
-const CONSTANTS: [(&str, u32); 7] = [
+const CONSTANTS: [(&str, u32); 8] = [
     ("LIMITER_ABI_VERSION", ABI_VERSION),
     ("LIMITER_MAX_PEERS", MAX_PEERS as u32),
     ("LIMITER_PEERS_ENTRIES", PEERS_ENTRIES),
@@ -101,6 +107,7 @@ const CONSTANTS: [(&str, u32); 7] = [
     ("LIMITER_SOCK_CONNECT_DONE", SOCK_CONNECT_DONE),
     ("LIMITER_SOCK_SEQ_VALID", SOCK_SEQ_VALID),
     ("LIMITER_SOCK_REDIRECTED", SOCK_REDIRECTED),
+    ("LIMITER_SOCK_UNTIMED", SOCK_UNTIMED),
 ];
 
 /// An enum's variants and their C names, by an exhaustive match: a variant added in Rust
@@ -146,15 +153,30 @@ fn enum_constants() -> Vec<(&'static str, u32)> {
         Awaiting => "LIMITER_PHASE_AWAITING",
         Receiving => "LIMITER_PHASE_RECEIVING",
     });
+    mirrored!(all, SockProto {
+        Plain => "LIMITER_PROTO_PLAIN",
+        Tls => "LIMITER_PROTO_TLS",
+        H2c => "LIMITER_PROTO_H2C",
+        Opaque => "LIMITER_PROTO_OPAQUE",
+    });
+    mirrored!(all, TlsProgress {
+        None => "LIMITER_TLS_NONE",
+        Hello => "LIMITER_TLS_HELLO",
+        Tls12Handshake => "LIMITER_TLS_12_HANDSHAKE",
+        Tls12 => "LIMITER_TLS_12",
+        Tls13 => "LIMITER_TLS_13",
+    });
     all
 }
 
 /// The header families the enums mirror.
-const ENUM_PREFIXES: [&str; 4] = [
+const ENUM_PREFIXES: [&str; 6] = [
     "LIMITER_MODE_",
     "LIMITER_EVENT_",
     "LIMITER_SIGNAL_",
     "LIMITER_PHASE_",
+    "LIMITER_PROTO_",
+    "LIMITER_TLS_",
 ];
 
 /// The C program prints one `name value` line per fact; the expectation lists the same lines.
@@ -234,4 +256,6 @@ fn values_no_variant_has_do_not_decode() {
     assert!(EventKind::try_from(0).is_err());
     assert!(PolicyMode::try_from(4).is_err());
     assert!(SockPhase::try_from(3).is_err());
+    assert!(SockProto::try_from(4).is_err());
+    assert!(TlsProgress::try_from(5).is_err());
 }

@@ -13,7 +13,7 @@
 
 #include <linux/types.h>
 
-#define LIMITER_ABI_VERSION 8
+#define LIMITER_ABI_VERSION 9
 
 /* Modes. 0 in a per-destination policy means "use the global default". */
 #define LIMITER_MODE_DEFAULT 0
@@ -54,10 +54,24 @@
 #define LIMITER_PHASE_AWAITING 1  /* request sent, no response byte yet */
 #define LIMITER_PHASE_RECEIVING 2 /* response under way: the next payload sent starts a request */
 
+/* What a connection speaks, read from the client's first segments (sock_state.proto). */
+#define LIMITER_PROTO_PLAIN 0  /* cleartext request/response, or not known yet */
+#define LIMITER_PROTO_TLS 1    /* TLS, HTTP/2 not offered */
+#define LIMITER_PROTO_H2C 2    /* cleartext HTTP/2 */
+#define LIMITER_PROTO_OPAQUE 3 /* TLS offering HTTP/2: requests cannot be told apart */
+
+/* How far a TLS handshake has come (sock_state.tls). */
+#define LIMITER_TLS_NONE 0
+#define LIMITER_TLS_HELLO 1         /* ClientHello sent */
+#define LIMITER_TLS_12_HANDSHAKE 2  /* a TLS 1.2 client handshake flight sent */
+#define LIMITER_TLS_12 3            /* TLS 1.2, application data flowing */
+#define LIMITER_TLS_13 4            /* TLS 1.3, the client's Finished sent */
+
 /* sock_state.flags */
 #define LIMITER_SOCK_CONNECT_DONE (1 << 1) /* the connect outcome has been reported */
 #define LIMITER_SOCK_SEQ_VALID (1 << 2)    /* next_seq holds a sent sequence number */
 #define LIMITER_SOCK_REDIRECTED (1 << 3)   /* connected to dest instead of `requested` */
+#define LIMITER_SOCK_UNTIMED (1 << 4)      /* the outstanding request is not timed */
 
 /* A destination: IPv6 address (IPv4 as ::ffff:a.b.c.d, so v4-mapped IPv6 is the same key). */
 struct dest_key {
@@ -94,6 +108,9 @@ struct dest_state {
 	__u64 would_redirect; /* connects at the limit shadow let through while a peer had room */
 	__u64 connect_failed;
 	__u64 closed;
+	/* Exchanges seen but not timed: TLS 1.3's first two on each connection, and each
+	 * connection whose exchanges cannot be told apart (HTTP/2 over TLS) once. */
+	__u64 untimed;
 };
 
 /* Written by the agent for each member of a configured group: where a connect to this
@@ -138,6 +155,11 @@ struct sock_state {
 	__u32 flags;            /* LIMITER_SOCK_* */
 	/* What the application connected to, when LIMITER_SOCK_REDIRECTED: getpeername says so. */
 	struct dest_key requested;
+	__u8 proto;     /* LIMITER_PROTO_* */
+	__u8 tls;       /* LIMITER_TLS_* */
+	__u8 untimed;   /* TLS 1.3: application flights still to pass over untimed */
+	__u8 segments;  /* client payload segments read for the protocol, up to a bound */
+	__u32 h2_stream; /* h2c: the stream of the outstanding request */
 };
 
 /* A decision, sent to the agent through the ring buffer. */

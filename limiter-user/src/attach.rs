@@ -9,7 +9,7 @@ use aya::{
         links::{FdLink, PinnedLink},
         CgroupAttachMode, CgroupSkbAttachType, Program,
     },
-    Ebpf, EbpfLoader,
+    Btf, Ebpf, EbpfLoader,
 };
 use limiter_common::{
     maps, DestKey, DestPeers, DestPolicy, LimiterConfig, SockState, ABI_VERSION, EVENTS_BYTES,
@@ -56,7 +56,8 @@ pub struct Rings {
 /// Release paths, observers and the getpeername restore: attached before any connect hook,
 /// so that from the moment a connect can take a slot (or be redirected to a peer), the slot
 /// comes back (and the application sees the address it asked for).
-const OBSERVERS: [&str; 5] = [
+const OBSERVERS: [&str; 6] = [
+    "limiter_state_change",
     "limiter_sock_release",
     "limiter_egress",
     "limiter_ingress",
@@ -306,16 +307,6 @@ fn load_and_attach(
         .map_max_entries(maps::POLICIES, policies_capacity(settings))
         .map_max_entries(maps::SIGNALS, settings.signal_buffer_bytes)
         .override_global("have_set_retval", &u8::from(kernel.has_set_retval), true)
-        .override_global(
-            "have_coarse_clock",
-            &u8::from(kernel.has_coarse_clock),
-            true,
-        )
-        .override_global(
-            "storage_takes_any_socket",
-            &u8::from(kernel.storage_takes_any_socket),
-            true,
-        )
         .override_global("events_wakeup_bytes", &wakeup_bytes(EVENTS_BYTES), true)
         .override_global(
             "signals_wakeup_bytes",
@@ -374,10 +365,22 @@ fn policies_capacity(settings: &Settings) -> u32 {
 /// Policies a reload may add beyond what the configuration had at attach.
 const CONFIGURED_HEADROOM: u32 = 4096;
 
-/// Loads one program and attaches it to the cgroup; the link is ours to keep or drop.
+/// The kernel tracepoint of every TCP socket's state changes: not a cgroup's, so the
+/// program finds ours by their socket storage.
+const STATE_TRACEPOINT: &str = "inet_sock_set_state";
+
+/// Loads one program and attaches it to the cgroup (or, for the state tracepoint, to the
+/// kernel); the link is ours to keep or drop.
 fn attach(prog: &mut Program, cgroup: &std::fs::File) -> Result<FdLink> {
     let mode = CgroupAttachMode::Single;
     Ok(match prog {
+        Program::BtfTracePoint(p) => {
+            let btf = Btf::from_sys_fs()
+                .context("cannot read the kernel's BTF (/sys/kernel/btf/vmlinux): limiter needs a kernel built with CONFIG_DEBUG_INFO_BTF")?;
+            p.load(STATE_TRACEPOINT, &btf)?;
+            let id = p.attach()?;
+            p.take_link(id)?.into()
+        }
         Program::CgroupSock(p) => {
             p.load()?;
             let id = p.attach(cgroup, mode)?;

@@ -59,7 +59,7 @@ struct PerDestination {
     value: fn(&Row) -> Option<f64>,
 }
 
-const PER_DESTINATION: [PerDestination; 10] = [
+const PER_DESTINATION: [PerDestination; 11] = [
     PerDestination {
         name: "limiter_limit",
         help: "Concurrent connections allowed",
@@ -119,6 +119,12 @@ const PER_DESTINATION: [PerDestination; 10] = [
         help: "Admitted connects that never established",
         counter: true,
         value: |r| Some(r.connect_failed as f64),
+    },
+    PerDestination {
+        name: "limiter_untimed",
+        help: "Exchanges seen but not timed: TLS 1.3's first two per connection, HTTP/2 over TLS once per connection",
+        counter: true,
+        value: |r| Some(r.untimed as f64),
     },
 ];
 
@@ -437,6 +443,7 @@ mod tests {
                 redirected: 4,
                 would_redirect: 2,
                 connect_failed: 0,
+                untimed: 0,
                 baseline_ms: None,
                 p90_ms: None,
             }],

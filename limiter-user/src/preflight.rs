@@ -4,8 +4,9 @@ use anyhow::{bail, Result};
 use aya::util::KernelVersion;
 
 /// Oldest kernel with everything we need: bpf_link for cgroups (5.7), ring buffers (5.8),
-/// socket storage in sock_addr programs and cgroup/sock_release (5.9), pidfd_getfd (5.6).
-const MIN_KERNEL: (u8, u8) = (5, 10);
+/// socket storage in sock_addr programs and cgroup/sock_release (5.9), pidfd_getfd (5.6),
+/// socket storage in tracing programs, the state-change tracepoint's (5.11).
+const MIN_KERNEL: (u8, u8) = (5, 11);
 
 const CAP_NET_ADMIN: u32 = 12;
 const CAP_SYS_ADMIN: u32 = 21;
@@ -15,11 +16,6 @@ const CAP_BPF: u32 = 39;
 pub struct Kernel {
     /// `bpf_set_retval` (5.18+) lets a refused connect fail with ECONNREFUSED, not EPERM.
     pub has_set_retval: bool,
-    /// `bpf_ktime_get_coarse_ns` (5.11+) dates slot returns without a precise clock read.
-    pub has_coarse_clock: bool,
-    /// `bpf_sk_storage_get` takes any socket (5.11+), not only full ones: a packet's socket
-    /// is looked up without `bpf_sk_fullsock` first.
-    pub storage_takes_any_socket: bool,
 }
 
 /// Makes the agent use the programs as it would on an older kernel (`5.17`), so that the
@@ -59,8 +55,6 @@ fn kernel_features(version: KernelVersion) -> Result<Kernel> {
     }
     Ok(Kernel {
         has_set_retval: version >= KernelVersion::new(5, 18, 0),
-        has_coarse_clock: version >= KernelVersion::new(5, 11, 0),
-        storage_takes_any_socket: version >= KernelVersion::new(5, 11, 0),
     })
 }
 
@@ -84,7 +78,7 @@ mod tests {
             .err()
             .unwrap()
             .to_string();
-        assert!(err.contains("too old") && err.contains("5.10"), "{err}");
+        assert!(err.contains("too old") && err.contains("5.11"), "{err}");
     }
 
     #[test]
@@ -111,13 +105,5 @@ mod tests {
                 .unwrap()
                 .has_set_retval
         );
-    }
-
-    #[test]
-    fn the_coarse_clock_and_storage_of_any_socket_are_used_from_5_11() {
-        let old = kernel_features(KernelVersion::new(5, 10, 0)).unwrap();
-        assert!(!old.has_coarse_clock && !old.storage_takes_any_socket);
-        let new = kernel_features(KernelVersion::new(5, 11, 0)).unwrap();
-        assert!(new.has_coarse_clock && new.storage_takes_any_socket);
     }
 }

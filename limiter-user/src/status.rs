@@ -117,6 +117,9 @@ pub struct Row {
     #[serde(skip)]
     pub would_redirect: u64,
     pub connect_failed: u64,
+    /// Exchanges the kernel saw but could not time (TLS 1.3's first two per connection;
+    /// once per HTTP/2-over-TLS connection, whose exchanges cannot be told apart).
+    pub untimed: u64,
     pub baseline_ms: Option<f64>,
     pub p90_ms: Option<f64>,
 }
@@ -145,6 +148,7 @@ pub fn rows(maps: &Maps) -> Result<Vec<Row>> {
                 redirected: state.redirected,
                 would_redirect: state.would_redirect,
                 connect_failed: state.connect_failed,
+                untimed: state.untimed,
                 baseline_ms: policy.and_then(|p| ms(p.baseline_ns)),
                 p90_ms: policy.and_then(|p| ms(p.p90_ns)),
             }
@@ -181,7 +185,7 @@ pub fn agent_line(agent: &AgentState) -> String {
 pub fn print_table(out: &mut impl Write, report: &Report) -> Result<()> {
     let (rows, globals) = (&report.destinations, &report.globals);
     writeln!(out, "{}\n", agent_line(&report.agent))?;
-    const HEADERS: [&str; 12] = [
+    const HEADERS: [&str; 13] = [
         "ADDRESS",
         "PORT",
         "MODE",
@@ -192,11 +196,12 @@ pub fn print_table(out: &mut impl Write, report: &Report) -> Result<()> {
         "WOULD_SHED",
         "REDIRECTED",
         "CONNECT_FAILED",
+        "UNTIMED",
         "BASELINE_MS",
         "P90_MS",
     ];
     let ms = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
-    let cells: Vec<[String; 12]> = rows
+    let cells: Vec<[String; 13]> = rows
         .iter()
         .map(|r| {
             [
@@ -210,6 +215,7 @@ pub fn print_table(out: &mut impl Write, report: &Report) -> Result<()> {
                 r.would_shed.to_string(),
                 r.redirected.to_string(),
                 r.connect_failed.to_string(),
+                r.untimed.to_string(),
                 ms(r.baseline_ms),
                 ms(r.p90_ms),
             ]

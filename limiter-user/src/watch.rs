@@ -80,6 +80,7 @@ mod tests {
             redirected: 0,
             would_redirect: 0,
             connect_failed: 0,
+            untimed: 0,
             baseline_ms: None,
             p90_ms: None,
         }

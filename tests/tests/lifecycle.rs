@@ -116,6 +116,7 @@ fn status_json_and_the_bpftool_dump_agree_and_pins_are_root_only() {
             "would_shed",
             "redirected",
             "connect_failed",
+            "untimed",
             "baseline_ms",
             "p90_ms"
         ]

@@ -110,18 +110,6 @@ fn a_keep_alive_connection_gives_one_sample_per_exchange() {
     assert_keep_alive_samples(&cg, &agent, 20);
 }
 
-/// Before 5.11 the programs look a packet's socket up through `bpf_sk_fullsock` and date
-/// a returned slot with the precise clock: the agent is told the kernel is older, and
-/// samples and slot returns are what they are on this one.
-#[kernel_test]
-fn before_5_11_samples_and_slot_returns_are_the_same() {
-    let cg = TestCgroup::new("before-5-11");
-    let mut older = signal_logging();
-    older.env("LIMITER_ASSUME_KERNEL", "5.10");
-    let agent = start_command(&cg, older);
-    assert_keep_alive_samples(&cg, &agent, 5);
-}
-
 #[kernel_test]
 fn a_streamed_response_is_timed_to_its_first_byte() {
     let cg = TestCgroup::new("stream");

@@ -5,15 +5,16 @@
 
 #include "maps.h"
 
-/* Set by the loader: 0 before Linux 5.11, which has no coarse clock. The verifier never
- * walks the dead branch of a constant, so the call does not fail the load there. */
-const volatile __u8 have_coarse_clock = 1;
+/* Where a slot is returned from. */
+#define FROM_CGROUP 0
+#define FROM_TRACING 1 /* the state-change tracepoint: tracing programs have no coarse clock */
 
 /* For times the agent reads in seconds: the last tick's time, without the precise clock's
- * TSC read, which first waits for every load before it. */
-static __always_inline __u64 coarse_now_ns(void)
+ * TSC read, which first waits for every load before it, where the program may use it.
+ * `from` is a constant in every caller, so the other branch is compiled out. */
+static __always_inline __u64 seconds_clock_ns(int from)
 {
-	return have_coarse_clock ? bpf_ktime_get_coarse_ns() : bpf_ktime_get_ns();
+	return from == FROM_TRACING ? bpf_ktime_get_ns() : bpf_ktime_get_coarse_ns();
 }
 
 /* The destination's entry, created on first sight so the very first connect is governed;
@@ -33,19 +34,19 @@ static __always_inline struct dest_state *dest_get_or_create(const struct dest_k
 }
 
 /* Returns the slot a socket holds, if it still holds one; safe to call from every path. */
-static __always_inline void slot_release(struct sock_state *ss)
+static __always_inline void slot_release(struct sock_state *ss, int from)
 {
 	struct dest_state *st;
 
-	/* Atomic exchange: whichever of a RST on ingress or sock_release gets here first
-	 * wins. The plain read first spares the locked instruction when there is nothing to
+	/* Atomic exchange: whichever of the move to TCP_CLOSE or sock_release gets here
+	 * first wins. The plain read first spares the locked instruction when there is nothing to
 	 * return. */
 	if (!ss->holds_slot || !__sync_lock_test_and_set(&ss->holds_slot, 0))
 		return;
 	st = bpf_map_lookup_elem(&dests, &ss->dest);
 	if (!st || st->created_ns != ss->dest_created_ns)
 		return; /* removed since: its slot went with it */
-	st->last_active_ns = coarse_now_ns();
+	st->last_active_ns = seconds_clock_ns(from);
 	__sync_fetch_and_add(&st->inflight, -1);
 	if (ss->established)
 		__sync_fetch_and_add(&st->closed, 1);

@@ -5,9 +5,11 @@
  *   cgroup/connect4,6     admit; at the limit, redirect to a peer with room or refuse
  *   cgroup/getpeername4,6 a redirected socket reports the address it asked for
  *   cgroup/sock_release   returns the slot when the socket is released
- *   cgroup_skb egress     a payload sent while not awaiting a response starts a request
- *   cgroup_skb ingress    the first payload received after it ends it: a latency sample;
- *                         the SYN-ACK times the handshake; a RST returns the slot at once
+ *   cgroup_skb egress     a client flight the protocol calls a request starts one
+ *   cgroup_skb ingress    the first server payload that answers it ends it: a sample
+ *   tp_btf state change   established times the handshake; a peer's FIN ends a request;
+ *                         TCP_CLOSE (a RST or a timeout the kernel acted on) returns the
+ *                         slot at once
  *
  * Every path fails open: a missing map entry, a full table or an allocation failure admits
  * the connect.
@@ -60,7 +62,7 @@ static __always_inline int admit_untracked(struct bpf_sock *sk)
 	struct global_stats *gs = global_stats();
 
 	if (ss) {
-		slot_release(ss);
+		slot_release(ss, FROM_CGROUP);
 		bpf_sk_storage_delete(&sockets, sk);
 	}
 	if (gs)
@@ -136,7 +138,7 @@ static __always_inline int admit(struct bpf_sock_addr *ctx, const struct dest_ke
 		return CONNECT_ALLOW;
 	}
 	/* A socket may connect again after a failed attempt: give that attempt's slot back. */
-	slot_release(ss);
+	slot_release(ss, FROM_CGROUP);
 
 	/* Reserve first, then check: the fetch-and-add orders racing connects, so two of them
 	 * can never both see the last free slot. */
@@ -272,7 +274,7 @@ int limiter_sock_release(struct bpf_sock *sk)
 	 * handshake no longer holds the upstream), an abandoned or timed-out connect, a killed
 	 * process. */
 	if (ss)
-		connection_over(ss, 0);
+		connection_over(ss, ENDED_BY_CLOSE, FROM_CGROUP);
 	return 1;
 }
 
@@ -287,7 +289,7 @@ int limiter_egress(struct __sk_buff *skb)
 		return 1; /* observe only: always let the packet through */
 	ss = packet_sock_state(skb);
 	if (ss)
-		on_egress(ss, &seg, skb->tstamp);
+		on_egress(skb, ss, &seg, skb->tstamp);
 	return 1;
 }
 
@@ -297,12 +299,60 @@ int limiter_ingress(struct __sk_buff *skb)
 	struct tcp_segment seg;
 	struct sock_state *ss;
 
-	/* Only payload, a FIN or a RST can end a request, and a SYN-ACK the handshake: pure
-	 * ACKs leave before any lookup. */
-	if (parse_tcp(skb, &seg) || !(seg.payload || seg.fin || seg.rst || seg.syn))
+	/* Only payload can answer a request: everything else leaves before any lookup. How a
+	 * connection ends is the state change's to tell, after TCP has checked the segment. */
+	if (parse_tcp(skb, &seg) || !seg.payload)
 		return 1;
 	ss = packet_sock_state(skb);
 	if (ss)
-		on_ingress(ss, &seg);
+		on_ingress(skb, ss, &seg);
 	return 1;
+}
+
+/* The kernel's struct sock, by BTF: only the field read here, which the loader relocates
+ * to its offset in the running kernel. */
+struct sock {
+	int sk_err;
+} __attribute__((preserve_access_index));
+
+#define TCP_ESTABLISHED 1
+#define TCP_CLOSE 7
+#define TCP_CLOSE_WAIT 8
+
+/*
+ * Every TCP socket's state changes, on every cgroup: ours are those with our storage. The
+ * state moves only on what TCP accepted, after its own checks of sequence numbers
+ * (RFC 5961), checksums and timers, so a forged or stale RST, SYN-ACK or FIN moves nothing.
+ * Arguments: the socket, its old state, its new state.
+ */
+SEC("tp_btf/inet_sock_set_state")
+int limiter_state_change(__u64 *ctx)
+{
+	struct sock *sk = (struct sock *)ctx[0];
+	int state = ctx[2], err;
+	struct sock_state *ss;
+
+	if (state != TCP_ESTABLISHED && state != TCP_CLOSE_WAIT && state != TCP_CLOSE)
+		return 0;
+	ss = bpf_sk_storage_get(&sockets, sk, 0, 0);
+	if (!ss)
+		return 0;
+	if (state == TCP_ESTABLISHED) {
+		if (!ss->established)
+			handshake_done(ss);
+	} else if (state == TCP_CLOSE_WAIT) {
+		/* The peer ended the connection on an outstanding request. A FIN microseconds
+		 * after a client's goodbye is the server answering it by closing: user space
+		 * tells that from a hang-up by the wait. */
+		request_ended(ss, LIMITER_SIGNAL_HUNG_UP);
+	} else {
+		/* tcp_reset and tcp_write_err set the error before moving to TCP_CLOSE. */
+		err = sk->sk_err;
+		connection_over(ss,
+				!err		  ? ENDED_BY_CLOSE :
+				err == ETIMEDOUT ? ENDED_BY_TIMEOUT :
+						   ENDED_BY_RESET,
+				FROM_TRACING);
+	}
+	return 0;
 }

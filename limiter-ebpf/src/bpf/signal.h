@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: (GPL-2.0 OR MIT) */
 /*
- * The latency signal: per request, the time from the first payload byte sent while the
- * connection is not awaiting a response to the first payload byte received after it.
- * Streamed responses thus give their first-byte time, keep-alive connections a sample
- * per exchange, and an upload is timed from its first byte.
+ * The latency signal: per request, the time from its first payload byte sent to the first
+ * payload byte received that answers it. Which flights are requests and which segments
+ * answer them is the protocol's (protocol.h). Streamed responses thus give their first-byte
+ * time, keep-alive connections a sample per exchange, and an upload is timed from its
+ * first byte. How connections end is read from the kernel's own state changes, not from
+ * the segments: a RST the kernel discards (out of window, forged) ends nothing.
  */
 #ifndef LIMITER_SIGNAL_H
 #define LIMITER_SIGNAL_H
@@ -16,14 +18,12 @@
 #include "maps.h"
 #include "accounting.h"
 #include "events.h"
+#include "protocol.h"
 
 struct tcp_segment {
 	__u32 seq;
-	__u32 payload; /* bytes of TCP payload (all of a GSO/GRO super-packet) */
-	__u8 rst;
-	__u8 fin;
-	__u8 syn;
-	__u8 ack;
+	__u32 payload;     /* bytes of TCP payload (all of a GSO/GRO super-packet) */
+	__u32 payload_off; /* where the payload starts, from the network header */
 };
 
 /*
@@ -62,54 +62,65 @@ static __always_inline int parse_tcp(struct __sk_buff *skb, struct tcp_segment *
 	hdr_len = l4_off + th->doff * 4;
 	/* skb->len, not the IP length field: that is 0 for BIG TCP super-packets. */
 	seg->payload = skb->len > hdr_len ? skb->len - hdr_len : 0;
+	seg->payload_off = hdr_len;
 	seg->seq = bpf_ntohl(th->seq);
-	seg->rst = th->rst;
-	seg->fin = th->fin;
-	seg->syn = th->syn;
-	seg->ack = th->ack;
 	return 0;
 }
 
-/* Set by the loader: 0 before Linux 5.11, whose bpf_sk_storage_get takes full sockets only.
- * From 5.11 it takes any socket and finds nothing on the others, without a helper call to
- * tell them apart first. */
-const volatile __u8 storage_takes_any_socket = 1;
-
-/* Our per-socket state for a packet's socket, if the connect hook admitted it. */
+/* Our per-socket state for a packet's socket, if the connect hook admitted it. Storage
+ * lookups take any socket and find nothing on request and timewait ones. */
 static __always_inline struct sock_state *packet_sock_state(struct __sk_buff *skb)
 {
 	struct bpf_sock *sk = skb->sk;
 
-	if (!sk)
-		return 0;
-	if (!storage_takes_any_socket) {
-		sk = bpf_sk_fullsock(sk);
-		if (!sk)
-			return 0;
-	}
-	return bpf_sk_storage_get(&sockets, sk, 0, 0);
+	return sk ? bpf_sk_storage_get(&sockets, sk, 0, 0) : 0;
+}
+
+/* An exchange the kernel saw but could not time, counted on the destination for `status`. */
+static __always_inline void count_untimed(const struct sock_state *ss)
+{
+	struct dest_state *st = bpf_map_lookup_elem(&dests, &ss->dest);
+
+	if (st)
+		__sync_fetch_and_add(&st->untimed, 1);
 }
 
 /*
- * A segment with payload: the first one sent while not awaiting a response starts one, at
- * `sent_ns`, the segment's skb->tstamp. TCP stamps every segment it sends with its own
- * CLOCK_MONOTONIC send time (the departure time of the EDT model, Linux 4.20+): the same
- * clock as bpf_ktime_get_ns, read microseconds earlier on this very path, so the request
- * costs no clock read of its own. 0 (not set) falls back to reading the clock.
+ * A segment with payload. The first flight sent while not awaiting a response that the
+ * protocol calls a request starts one, at `sent_ns`, the segment's skb->tstamp. TCP stamps
+ * every segment it sends with its own CLOCK_MONOTONIC send time (the departure time of the
+ * EDT model, Linux 4.20+): the same clock as bpf_ktime_get_ns, read microseconds earlier on
+ * this very path, so the request costs no clock read of its own. 0 (not set) falls back
+ * to reading the clock.
  */
-static __always_inline void on_egress(struct sock_state *ss, const struct tcp_segment *seg,
-				      __u64 sent_ns)
+static __always_inline void on_egress(struct __sk_buff *skb, struct sock_state *ss,
+				      const struct tcp_segment *seg, __u64 sent_ns)
 {
+	struct payload p = { .off = seg->payload_off, .len = seg->payload };
 	struct dest_state *st;
 	__u32 end = seg->seq + seg->payload;
+	int kind;
 
 	/* Serial arithmetic: a segment ending at or before what was sent is a retransmit. */
 	if ((ss->flags & LIMITER_SOCK_SEQ_VALID) && (__s32)(end - ss->next_seq) <= 0)
 		return;
 	ss->next_seq = end;
 	ss->flags |= LIMITER_SOCK_SEQ_VALID;
+	if (ss->segments < CLASSIFIED_SEGMENTS && ss->proto == LIMITER_PROTO_PLAIN &&
+	    classify(skb, ss, &p)) {
+		if (ss->proto == LIMITER_PROTO_OPAQUE)
+			count_untimed(ss);
+		return;
+	}
 	if (ss->phase == LIMITER_PHASE_AWAITING)
 		return; /* more of the same request */
+	kind = flight_kind(skb, ss, &p);
+	if (kind == FLIGHT_NONE)
+		return;
+	if (kind == FLIGHT_UNTIMED)
+		ss->flags |= LIMITER_SOCK_UNTIMED;
+	else
+		ss->flags &= ~LIMITER_SOCK_UNTIMED;
 	st = bpf_map_lookup_elem(&dests, &ss->dest);
 	ss->request_inflight = st && st->inflight > 0 ? st->inflight : 0;
 	ss->request_ns = sent_ns ? sent_ns : bpf_ktime_get_ns();
@@ -151,20 +162,24 @@ static __always_inline void request_ended(struct sock_state *ss, __u32 kind)
 	end_request(ss, kind);
 }
 
-/* The connection is over, by a RST from the peer or by the socket's release, whichever
- * comes first: the outcome of a connect that never completed (a RST refused it, otherwise
- * it timed out or was abandoned) or of an outstanding request (an error, or the client
- * giving up), then the slot. The second caller finds all three done. */
-static __always_inline void connection_over(struct sock_state *ss, int reset)
+/* How a connection ended. */
+#define ENDED_BY_CLOSE 0   /* the application closed it, or both sides' FINs */
+#define ENDED_BY_RESET 1   /* a RST the kernel accepted, or an ICMP error it acted on */
+#define ENDED_BY_TIMEOUT 2 /* the kernel gave up retransmitting */
+
+/* The connection is over, whichever of its release and its move to TCP_CLOSE comes first:
+ * the outcome of a connect that never completed (refused, timed out, or abandoned) or of
+ * an outstanding request (an error, or the client giving up), then the slot. The second
+ * caller finds all three done. `from`: FROM_CGROUP or FROM_TRACING. */
+static __always_inline void connection_over(struct sock_state *ss, int how, int from)
 {
-	connect_failed(ss, reset ? LIMITER_SIGNAL_CONNECT_REFUSED : LIMITER_SIGNAL_CONNECT_TIMEOUT);
-	request_ended(ss, reset ? LIMITER_SIGNAL_ERROR : LIMITER_SIGNAL_GAVE_UP);
-	slot_release(ss);
+	connect_failed(ss, how == ENDED_BY_RESET ? LIMITER_SIGNAL_CONNECT_REFUSED :
+						   LIMITER_SIGNAL_CONNECT_TIMEOUT);
+	request_ended(ss, how == ENDED_BY_CLOSE ? LIMITER_SIGNAL_GAVE_UP : LIMITER_SIGNAL_ERROR);
+	slot_release(ss, from);
 }
 
-/* The SYN-ACK: the connect is established, timed from the connect hook. The kernel calls
- * no sock_ops program for this socket (none is attached: it would run seven times per
- * connection), so the handshake is read off the packet. */
+/* The connect is established, timed from the connect hook. */
 static __always_inline void handshake_done(struct sock_state *ss)
 {
 	__u64 now = bpf_ktime_get_ns();
@@ -174,37 +189,25 @@ static __always_inline void handshake_done(struct sock_state *ss)
 		       ss->request_inflight);
 }
 
-/* The socket's state and the ring only, no destination-table lookup: the agent receives
- * every sample and needs no count of them in the kernel. */
-static __always_inline void on_ingress(struct sock_state *ss, const struct tcp_segment *seg)
+/* A segment with payload from the server. The socket's state and the ring only, no
+ * destination-table lookup for a timed answer: the agent receives every sample and needs
+ * no count of them in the kernel. */
+static __always_inline void on_ingress(struct __sk_buff *skb, struct sock_state *ss,
+				       const struct tcp_segment *seg)
 {
-	if (seg->syn) {
-		/* A SYN-ACK retransmitted because our ACK was lost is not timed again. */
-		if (seg->ack && !ss->established)
-			handshake_done(ss);
-		return;
-	}
-	if (seg->rst) {
-		/* Refused, or reset: the connection is over now, not when the application gets
-		 * round to closing the socket, so its slot comes back now. */
-		connection_over(ss, 1);
-		return;
-	}
-	if (ss->phase != LIMITER_PHASE_AWAITING)
-		return;
-	if (seg->payload) {
-		/* One clock read: the sample's timestamp is also where its latency ends. */
-		__u64 now = bpf_ktime_get_ns();
+	struct payload p = { .off = seg->payload_off, .len = seg->payload };
+	__u64 now;
 
-		ss->phase = LIMITER_PHASE_RECEIVING;
-		emit_signal_at(ss, LIMITER_SIGNAL_SAMPLE, now, request_wait(ss, now),
-			       ss->request_inflight);
-	} else if (seg->fin) {
-		/* The peer ended the connection on an outstanding request. A FIN microseconds
-		 * after a client's goodbye is the server answering it by closing: user space
-		 * tells that from a hang-up by the wait. */
-		end_request(ss, LIMITER_SIGNAL_HUNG_UP);
+	if (ss->phase != LIMITER_PHASE_AWAITING || !answers(skb, ss, &p))
+		return;
+	ss->phase = LIMITER_PHASE_RECEIVING;
+	if (ss->flags & LIMITER_SOCK_UNTIMED) {
+		count_untimed(ss);
+		return;
 	}
+	/* One clock read: the sample's timestamp is also where its latency ends. */
+	now = bpf_ktime_get_ns();
+	emit_signal_at(ss, LIMITER_SIGNAL_SAMPLE, now, request_wait(ss, now), ss->request_inflight);
 }
 
 #endif /* LIMITER_SIGNAL_H */
