@@ -99,6 +99,21 @@ impl Agent {
             .collect()
     }
 
+    /// Waits until the agent has logged `n` signals of `kind` for `dest`, then returns them
+    /// (start it with `signal_logging()`).
+    pub fn wait_signals(&self, dest: SocketAddr, kind: &str, n: usize) -> Vec<LoggedSignal> {
+        let of_kind = || -> Vec<LoggedSignal> {
+            self.signals()
+                .into_iter()
+                .filter(|s| s.destination == dest && s.kind == kind)
+                .collect()
+        };
+        crate::wait_until(&format!("{n} {kind} signal(s) for {dest}"), || {
+            of_kind().len() >= n
+        });
+        of_kind()
+    }
+
     /// The windows the agent logged for `destination` (start it with `window_logging()`).
     pub fn windows(&self, destination: SocketAddr) -> Vec<serde_json::Value> {
         let destination = destination.to_string();
@@ -145,6 +160,21 @@ pub struct LoggedSignal {
     pub destination: SocketAddr,
     pub value_ns: u64,
     pub inflight: u64,
+}
+
+/// What the kernel guarantees about a sample: it starts at the request's first byte leaving
+/// (after the client started its clock) and ends at the response's first byte arriving
+/// (before the client's read returns), so it is at least the upstream's own delay and at
+/// most what the client measured, however loaded the machine.
+pub fn assert_bounded(kernel_ns: u64, upstream_delay_ms: u64, client_ns: u64) {
+    assert!(
+        kernel_ns >= upstream_delay_ms * 1_000_000,
+        "kernel {kernel_ns} ns is less than the upstream's delay of {upstream_delay_ms} ms"
+    );
+    assert!(
+        kernel_ns <= client_ns,
+        "kernel {kernel_ns} ns is more than the client's own {client_ns} ns"
+    );
 }
 
 /// An agent command that logs every latency signal as a JSON line.

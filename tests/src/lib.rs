@@ -4,25 +4,30 @@
 mod agent;
 mod bpftool;
 mod cgroup;
+mod forge;
 mod harness;
 mod http;
 mod load;
 mod netns;
+mod peers;
 mod probe;
 mod status;
 mod temp_file;
 mod upstream;
 
 pub use agent::{
-    agent_bin, agent_command, assert_refused, signal_logging, window_logging, Agent, LoggedSignal,
+    agent_bin, agent_command, assert_bounded, assert_refused, signal_logging, window_logging,
+    Agent, LoggedSignal,
 };
 pub use bpftool::{assert_no_programs, dests_entry, map_entry};
 pub use cgroup::{cgroup2_mount, TestCgroup};
+pub use forge::{client_ends, forge_rst};
 pub use harness::{require_root, wait_until, HANG_GUARD_VAR, SKIP_VAR};
 pub use http::{serve_http, SlowHttp};
 pub use limiter_kernel_test::kernel_test;
 pub use load::{CurlLoad, Endings};
 pub use netns::TestNetns;
+pub use peers::{curl_ttfb, go_get, Answers, Certificate, GoLoad, TlsServer, TlsStack};
 pub use probe::{peernames, probe_bin, tally, Probe};
 pub use status::{baseline_settled, field, global, row, row_in, status, status_report};
 pub use temp_file::TempFile;

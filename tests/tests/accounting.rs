@@ -1,5 +1,7 @@
 //! In-flight accounting: every admitted connection gives its slot back exactly once.
 
+use std::net::SocketAddr;
+
 use limiter_integration_tests::*;
 
 /// Every destination row satisfies admitted = closed + connect_failed + inflight, with
@@ -138,4 +140,42 @@ fn a_reset_gives_the_slot_back_before_the_application_closes() {
     probe.release();
     wait_until("the other two", || field(&cg, closer.addr, "inflight") == 0);
     assert_eq!(field(&cg, closer.addr, "connect_failed"), 0);
+}
+
+/// A RST that TCP discards (its sequence number is not the next one expected, RFC 5961)
+/// ends nothing: the connection stays open and keeps its slot. A process with CAP_NET_RAW
+/// in the cgroup, or an off-path spoofer, cannot free slots that way.
+#[kernel_test]
+fn a_forged_reset_tcp_discards_frees_no_slot() {
+    let cg = TestCgroup::new("forged-rst");
+    let up = Upstream::start("127.0.0.1:0", Behaviour::Hold);
+    let _agent = Agent::start(&cg, &["--algorithm", "fixed", "--limit", "3"]);
+    let (probe, lines) = Probe::hold(&cg, up.addr, 3);
+    assert_eq!(tally(&lines), (3, 0, 0));
+    let ends = client_ends(up.addr);
+    assert_eq!(ends.len(), 3, "{ends:?}");
+    let SocketAddr::V4(from) = up.addr else {
+        unreachable!("bound to 127.0.0.1")
+    };
+    for end in ends {
+        let SocketAddr::V4(to) = end else {
+            unreachable!("connected to 127.0.0.1")
+        };
+        // Two numbers half the sequence space apart: at most one is even in the window,
+        // and neither is the exact next one but with odds of one in 2^31.
+        for seq in [0x1234_5678, 0x9234_5678] {
+            forge_rst(from, to, seq);
+        }
+    }
+    // The RSTs went through the ingress path before this connect: had any freed a slot,
+    // this connect would have taken it.
+    let (extra, lines) = Probe::hold(&cg, up.addr, 1);
+    assert_eq!(tally(&lines), (0, 1, 0), "the limit is still full");
+    assert_eq!(client_ends(up.addr).len(), 3, "the connections are alive");
+    assert_eq!(field(&cg, up.addr, "inflight"), 3);
+    extra.release();
+    probe.release();
+    wait_until("the slots, on the real close", || {
+        field(&cg, up.addr, "inflight") == 0
+    });
 }

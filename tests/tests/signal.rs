@@ -40,36 +40,6 @@ fn exchange(cg: &TestCgroup, to: SocketAddr, extra: &[&str]) -> Vec<u64> {
         .collect()
 }
 
-/// Waits until the agent has logged `n` signals of `kind` for `dest`, then returns them.
-fn wait_signals(agent: &Agent, dest: SocketAddr, kind: &str, n: usize) -> Vec<LoggedSignal> {
-    let of_kind = || -> Vec<LoggedSignal> {
-        agent
-            .signals()
-            .into_iter()
-            .filter(|s| s.destination == dest && s.kind == kind)
-            .collect()
-    };
-    wait_until(&format!("{n} {kind} signal(s) for {dest}"), || {
-        of_kind().len() >= n
-    });
-    of_kind()
-}
-
-/// What the kernel guarantees about a sample: it starts at the request's first byte leaving
-/// (after the client started its clock) and ends at the response's first byte arriving
-/// (before the client's read returns), so it is at least the upstream's own delay and at
-/// most what the client measured, however loaded the machine.
-fn assert_bounded(kernel_ns: u64, upstream_delay_ms: u64, client_ns: u64) {
-    assert!(
-        kernel_ns >= upstream_delay_ms * 1_000_000,
-        "kernel {kernel_ns} ns is less than the upstream's delay of {upstream_delay_ms} ms"
-    );
-    assert!(
-        kernel_ns <= client_ns,
-        "kernel {kernel_ns} ns is more than the client's own {client_ns} ns"
-    );
-}
-
 #[kernel_test]
 fn samples_lie_between_the_upstreams_delay_and_the_clients_own_time_to_first_byte() {
     let cg = TestCgroup::new("ttfb");
@@ -77,7 +47,7 @@ fn samples_lie_between_the_upstreams_delay_and_the_clients_own_time_to_first_byt
     for delay_ms in [5, 50, 200] {
         let up = respond(delay_ms, 0);
         let client = exchange(&cg, up.addr, &[]);
-        let kernel = wait_signals(&agent, up.addr, "sample", 1);
+        let kernel = agent.wait_signals(up.addr, "sample", 1);
         assert_eq!(kernel.len(), 1);
         assert_bounded(kernel[0].value_ns, delay_ms, client[0]);
         assert_eq!(kernel[0].inflight, 1, "in flight when the request started");
@@ -93,12 +63,12 @@ fn assert_keep_alive_samples(cg: &TestCgroup, agent: &Agent, requests: usize) {
     wait_until("the connection to end", || {
         field(cg, up.addr, "inflight") == 0
     });
-    let kernel = wait_signals(agent, up.addr, "sample", requests);
+    let kernel = agent.wait_signals(up.addr, "sample", requests);
     assert_eq!(kernel.len(), requests);
     for (k, c) in kernel.iter().zip(&client) {
         assert_bounded(k.value_ns, 2, *c);
     }
-    let handshakes = wait_signals(agent, up.addr, "handshake", 1);
+    let handshakes = agent.wait_signals(up.addr, "handshake", 1);
     assert_eq!(handshakes.len(), 1);
     assert_eq!(handshakes[0].inflight, 1, "in flight when it was admitted");
 }
@@ -116,7 +86,7 @@ fn a_streamed_response_is_timed_to_its_first_byte() {
     let agent = start(&cg);
     let up = respond(280, 3000);
     let client = exchange(&cg, up.addr, &[]);
-    let kernel = wait_signals(&agent, up.addr, "sample", 1);
+    let kernel = agent.wait_signals(up.addr, "sample", 1);
     wait_until("the connection to end", || {
         field(&cg, up.addr, "inflight") == 0
     });
@@ -136,7 +106,7 @@ fn a_large_upload_is_timed_from_its_first_byte() {
     wait_until("the connection to end", || {
         field(&cg, up.addr, "inflight") == 0
     });
-    let kernel = wait_signals(&agent, up.addr, "sample", 1);
+    let kernel = agent.wait_signals(up.addr, "sample", 1);
     assert_eq!(
         kernel.len(),
         1,
@@ -235,8 +205,8 @@ fn a_goodbye_reports_a_wait_shorter_than_any_answer() {
     let to = up.addr.to_string();
     let lines = Probe::spawn(&cg, &["exchange", "--to", &to, "--goodbye"]).lines_until_exit();
     assert_eq!(lines.last().map(String::as_str), Some("goodbye"));
-    let answered = wait_signals(&agent, up.addr, "sample", 1)[0].value_ns;
-    let goodbye = wait_signals(&agent, up.addr, "gave_up", 1)[0].value_ns;
+    let answered = agent.wait_signals(up.addr, "sample", 1)[0].value_ns;
+    let goodbye = agent.wait_signals(up.addr, "gave_up", 1)[0].value_ns;
     assert!(
         goodbye < answered,
         "a goodbye waited {goodbye} ns, the answer took {answered} ns"
@@ -259,7 +229,7 @@ fn connects_the_limiter_refuses_report_no_outcome() {
     // refused sockets' close could have reported.
     let later = respond(1, 0);
     exchange(&cg, later.addr, &[]);
-    wait_signals(&agent, later.addr, "sample", 1);
+    agent.wait_signals(later.addr, "sample", 1);
     let outcomes: Vec<_> = agent
         .signals()
         .into_iter()
@@ -283,7 +253,7 @@ fn ipv6_traffic_gives_samples_too() {
         },
     );
     let client = exchange(&cg, up.addr, &["--requests", "3"]);
-    let kernel = wait_signals(&agent, up.addr, "sample", 3);
+    let kernel = agent.wait_signals(up.addr, "sample", 3);
     for (k, c) in kernel.iter().zip(&client) {
         assert_bounded(k.value_ns, 10, *c);
     }
@@ -303,11 +273,11 @@ fn traffic_over_a_real_interface_gives_samples_too() {
         up.addr,
         &["--requests", "3", "--request-bytes", "100000"],
     );
-    let kernel = wait_signals(&agent, up.addr, "sample", 3);
+    let kernel = agent.wait_signals(up.addr, "sample", 3);
     for (k, c) in kernel.iter().zip(&client) {
         assert_bounded(k.value_ns, 10, *c);
     }
-    assert_eq!(wait_signals(&agent, up.addr, "handshake", 1).len(), 1);
+    assert_eq!(agent.wait_signals(up.addr, "handshake", 1).len(), 1);
 }
 
 /// The upstream answers at once; only the network delays its answer. Ignored where run
@@ -327,7 +297,7 @@ fn a_delay_the_network_adds_is_part_of_the_sample() {
     });
     let agent = start(&cg);
     let client = exchange(&cg, up.addr, &["--requests", "3"]);
-    let kernel = wait_signals(&agent, up.addr, "sample", 3);
+    let kernel = agent.wait_signals(up.addr, "sample", 3);
     for (k, c) in kernel.iter().zip(&client) {
         assert_bounded(k.value_ns, NETWORK_DELAY_MS, *c);
     }
