@@ -200,3 +200,93 @@ fn a_burst_on_attach_is_admitted_up_to_the_maximum_limit() {
         "the maximum bounds it, not the initial limit"
     );
 }
+
+/// Requests a second of the open-loop clients over TLS: at the healthy latency they hold
+/// about five connections, at the slow one about fifty.
+const TLS_RATE: u32 = 20;
+/// The HTTPS upstream's first byte, healthy and slowed down tenfold.
+const TLS_FIRST_BYTE_MS: u64 = 280;
+const TLS_SLOW_MS: u64 = 2800;
+
+/// The limit on an HTTPS destination over TLS 1.3, whose server (OpenSSL) sends session
+/// tickets after the handshake: a service receiving requests at a fixed rate sends them on a
+/// keep-alive pool that grows as answers slow down. The slowdown is seen (the tickets are
+/// never taken for answers), the limit is cut under the piled-up demand and connects are
+/// refused; once the upstream is fast again, refusals stop.
+#[kernel_test]
+fn a_slowdown_over_tls_13_cuts_the_limit_and_recovery_lifts_it() {
+    let cg = TestCgroup::new("tls-slowdown");
+    let cert = Certificate::new();
+    let answers = Answers {
+        slow_ms: TLS_SLOW_MS,
+        ..Answers::tls("1.3", TLS_FIRST_BYTE_MS)
+    };
+    let server = TlsServer::start(TlsStack::OpenSsl, &cert, answers);
+    let agent = Agent::start_command(window_logging(), &cg, &[]);
+    let _load = GoLoad::start(&cg, &server.url(), TLS_RATE, 3600);
+    let get = |name| field(&cg, server.addr, name);
+    wait_until("a baseline settled at the healthy latency", || {
+        row(&cg, server.addr).is_some_and(|r| {
+            baseline_settled(&r) && r["p90_ms"].as_f64() < Some(2.0 * TLS_FIRST_BYTE_MS as f64)
+        })
+    });
+    let shed_before = get("shed");
+
+    server.slow_down();
+    let demand = f64::from(TLS_RATE) * TLS_SLOW_MS as f64 / 1e3;
+    let cut_under_the_demand = |w: &Value| {
+        let figure = |name: &str| w[name].as_f64();
+        figure("limit").is_some_and(|limit| limit < demand)
+            && figure("limit") < figure("limit_before")
+            && figure("p90_ms").is_some_and(|p90| p90 > 2.0 * TLS_FIRST_BYTE_MS as f64)
+    };
+    wait_until(
+        "a window of the slowdown to cut the limit, and refusals",
+        || get("shed") > shed_before && agent.windows(server.addr).iter().any(cut_under_the_demand),
+    );
+
+    server.speed_up();
+    let calm =
+        |w: &Value| w["sheds"] == 0 && w["p90_ms"].as_f64() < Some(2.0 * TLS_FIRST_BYTE_MS as f64);
+    wait_until(
+        "a window at the healthy latency that refused nothing",
+        || agent.windows(server.addr).last().is_some_and(calm),
+    );
+    let (shed, windows) = (get("shed"), agent.windows(server.addr).len());
+    wait_until("three more windows", || {
+        agent.windows(server.addr).len() >= windows + 3
+    });
+    assert_eq!(get("shed"), shed, "refusals stop after recovery");
+}
+
+/// Answers whose first byte comes after 280 ms and which then stream for 3 s, over TLS 1.3:
+/// the signal is the first byte, so the many connections the streams hold are not read as
+/// a queue, and nothing is refused.
+#[kernel_test]
+fn long_streams_with_a_fast_first_byte_over_tls_13_are_not_clamped() {
+    let cg = TestCgroup::new("tls-streams");
+    let cert = Certificate::new();
+    let answers = Answers {
+        stream_ms: 3000,
+        ..Answers::tls("1.3", TLS_FIRST_BYTE_MS)
+    };
+    let server = TlsServer::start(TlsStack::OpenSsl, &cert, answers);
+    let agent = Agent::start_command(window_logging(), &cg, &[]);
+    let _load = GoLoad::start(&cg, &server.url(), TLS_RATE, 3600);
+    // Twice the streams' own length: every connection the load needs is open by then.
+    wait_until("five windows with a p90", || {
+        agent
+            .windows(server.addr)
+            .iter()
+            .filter(|w| w["p90_ms"].as_f64().is_some())
+            .count()
+            >= 5
+    });
+    let windows = agent.windows(server.addr);
+    let last = windows.last().unwrap();
+    assert!(
+        last["p90_ms"].as_f64() < Some(2.0 * TLS_FIRST_BYTE_MS as f64),
+        "the p90 is the first byte's, not the stream's: {last}"
+    );
+    assert_eq!(field(&cg, server.addr, "shed"), 0, "{windows:?}");
+}
