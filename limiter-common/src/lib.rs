@@ -110,6 +110,7 @@ abi_enum! {
         GaveUp = 5,
         Handshake = 6,
         HungUp = 7,
+        Untimed = 8,
     }
 }
 

@@ -147,6 +147,7 @@ fn enum_constants() -> Vec<(&'static str, u32)> {
         GaveUp => "LIMITER_SIGNAL_GAVE_UP",
         Handshake => "LIMITER_SIGNAL_HANDSHAKE",
         HungUp => "LIMITER_SIGNAL_HUNG_UP",
+        Untimed => "LIMITER_SIGNAL_UNTIMED",
     });
     mirrored!(all, SockPhase {
         Idle => "LIMITER_PHASE_IDLE",

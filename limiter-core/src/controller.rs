@@ -85,6 +85,11 @@ pub struct DestinationController<A = AnyAlgorithm> {
     /// The newest answers running that took [`DestinationController::slow_from_us`] or
     /// longer (saturating).
     slow_answers: u8,
+    /// Answers came, and none could be timed: traffic whose answers cannot be read (TLS 1.3
+    /// connections carrying one request each) gives nothing to judge a limit by.
+    untimed_only: bool,
+    /// A latency sample has come.
+    answered: bool,
     /// The baseline has been published once: the first learning is over, and slow start's
     /// state is no longer touched.
     learned: bool,
@@ -152,6 +157,8 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             onset_p90: 0.0,
             fresh_from_ns: 0,
             first_word_at: now_ns + FIRST_WORD_NS,
+            untimed_only: false,
+            answered: false,
         }
     }
 
@@ -473,6 +480,12 @@ impl<A: LimitAlgorithm> DestinationController<A> {
 
 impl<A: LimitAlgorithm> Controller for DestinationController<A> {
     fn on_sample(&mut self, now_ns: u64, latency_ns: u64, inflight: u32) {
+        if self.untimed_only {
+            // The first answer that could be timed: watched as a new destination's first.
+            self.untimed_only = false;
+            self.first_word_at = now_ns + FIRST_WORD_NS;
+        }
+        self.answered = true;
         self.slow_answers = if latency_ns / 1_000 >= u64::from(self.slow_from_us) {
             self.slow_answers.saturating_add(1)
         } else {
@@ -494,6 +507,10 @@ impl<A: LimitAlgorithm> Controller for DestinationController<A> {
 
     fn on_outcome(&mut self, now_ns: u64, outcome: Outcome) {
         let outcome = match outcome {
+            Outcome::Untimed => {
+                self.untimed_only |= !self.answered;
+                return;
+            }
             Outcome::GaveUp { waited_ns } | Outcome::HungUp { waited_ns }
                 if !self.longer_than_normal(waited_ns) =>
             {
@@ -521,8 +538,14 @@ impl<A: LimitAlgorithm> Controller for DestinationController<A> {
     /// For its first 100 ms (`FIRST_WORD_NS`) a new destination refuses nothing below the upper
     /// bound: a burst on attach is traffic, not overload. The first update after that starts
     /// the limit at what that traffic was seen to hold (the highest in-flight a sample
-    /// started at), and never under the initial limit.
+    /// started at), and never under the initial limit. A destination whose answers so far
+    /// could none be timed refuses nothing below the upper bound either: there is no latency
+    /// to judge a limit by. Its first timed answer starts it over as a new destination.
     fn update_reporting(&mut self, now_ns: u64, report: &mut dyn FnMut(&WindowReport)) -> u32 {
+        if self.untimed_only {
+            self.published = self.limits.max;
+            return self.published;
+        }
         if self.first_word_at > 0 {
             if now_ns < self.first_word_at {
                 return self.published;

@@ -47,6 +47,9 @@ pub enum Outcome {
     HungUp { waited_ns: u64 },
     /// The limiter itself refused the request: contributes nothing to the estimate.
     Shed,
+    /// The upstream answered, but its answer could not be timed: which bytes answered the
+    /// request cannot be read from outside (the first exchanges of a TLS 1.3 connection).
+    Untimed,
 }
 
 /// The per-destination control loop: samples and outcomes in, a limit out.

@@ -211,7 +211,7 @@ impl Windows {
             Outcome::Error => self.errors = self.errors.saturating_add(1),
             Outcome::Timeout => self.timeouts = self.timeouts.saturating_add(1),
             Outcome::Shed => self.sheds = self.sheds.saturating_add(1),
-            Outcome::GaveUp { .. } | Outcome::HungUp { .. } => {}
+            Outcome::GaveUp { .. } | Outcome::HungUp { .. } | Outcome::Untimed => {}
         }
     }
 

@@ -209,6 +209,35 @@ fn boxed_controllers_are_send() {
     assert_send(&c);
 }
 
+/// TLS 1.3 connections carrying one request each answer, but no answer can be timed: the
+/// destination is refused nothing below the maximum until one can.
+#[test]
+fn answers_that_cannot_be_timed_leave_the_maximum_until_one_can() {
+    let cfg = ControlConfig::default();
+    let mut c = controller(&cfg, 0);
+    assert_eq!(c.update(100 * MS), 20, "nothing seen: the initial limit");
+    c.on_outcome(150 * MS, Outcome::Untimed);
+    assert_eq!(
+        c.update(200 * MS),
+        200,
+        "answers, none timed: nothing to judge a limit by"
+    );
+    assert_eq!(c.update(60_000 * MS), 200);
+    c.on_sample(60_010 * MS, 5 * MS, 40);
+    assert_eq!(
+        c.update(60_100 * MS),
+        200,
+        "a timed answer is watched as a new destination's first"
+    );
+    assert_eq!(c.update(60_200 * MS), 40, "what the traffic held");
+    c.on_outcome(60_300 * MS, Outcome::Untimed);
+    assert_eq!(
+        c.update(60_400 * MS),
+        40,
+        "untimed answers beside timed ones change nothing"
+    );
+}
+
 #[test]
 fn a_new_destination_refuses_nothing_below_the_maximum_for_its_first_100_ms() {
     let cfg = ControlConfig::default();

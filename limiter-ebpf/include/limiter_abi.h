@@ -48,6 +48,8 @@
 					  * inflight = dest's count at the connect */
 #define LIMITER_SIGNAL_HUNG_UP 7         /* closed (FIN) by the peer while awaiting a response;
 					  * value_ns = time since the request started */
+#define LIMITER_SIGNAL_UNTIMED 8         /* an exchange answered whose answer could not be
+					  * timed; or a connection none of whose can be */
 
 /* Where a connection is in its request/response cycle. */
 #define LIMITER_PHASE_IDLE 0      /* nothing outstanding: the next payload sent starts a request */

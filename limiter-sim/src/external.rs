@@ -113,6 +113,7 @@ impl Controller for ExternalController {
             Outcome::Error => self.send(format_args!("outcome {now_ns} error")),
             Outcome::Timeout => self.send(format_args!("outcome {now_ns} timeout")),
             Outcome::Shed => self.send(format_args!("outcome {now_ns} shed")),
+            Outcome::Untimed => self.send(format_args!("outcome {now_ns} untimed")),
             Outcome::GaveUp { waited_ns } => {
                 self.send(format_args!("outcome {now_ns} gave_up {waited_ns}"))
             }

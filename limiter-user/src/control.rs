@@ -204,6 +204,7 @@ impl ControlLoop {
             Signal::ConnectTimeout => Outcome::Timeout,
             Signal::GaveUp { waited_ns } => Outcome::GaveUp { waited_ns },
             Signal::HungUp { waited_ns } => Outcome::HungUp { waited_ns },
+            Signal::Untimed => Outcome::Untimed,
             Signal::Handshake { inflight, .. } => {
                 // A connection alone makes no controller: a destination only connected to
                 // costs nothing (the agent's work follows destinations with traffic).
@@ -220,7 +221,10 @@ impl ControlLoop {
                 Outcome::Timeout => m.timeouts = m.timeouts.saturating_add(1),
                 Outcome::Error => m.errors = m.errors.saturating_add(1),
                 // Whether a close was a goodbye is the controller's to judge.
-                Outcome::GaveUp { .. } | Outcome::HungUp { .. } | Outcome::Shed => {}
+                Outcome::GaveUp { .. }
+                | Outcome::HungUp { .. }
+                | Outcome::Shed
+                | Outcome::Untimed => {}
             }
             m.controller.on_outcome(ev.ts_ns, outcome);
         }

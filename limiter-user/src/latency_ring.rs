@@ -28,6 +28,10 @@ pub enum Signal {
     /// Connect to established, `rtt_ns` after the connect; `inflight` connections to the
     /// destination held slots when it was admitted, itself included.
     Handshake { rtt_ns: u64, inflight: u32 },
+    /// An exchange was answered, but which bytes answered it cannot be read (a TLS 1.3
+    /// connection's first two); or a connection began none of whose exchanges can be
+    /// (HTTP/2 over TLS).
+    Untimed,
 }
 
 impl Signal {
@@ -40,6 +44,7 @@ impl Signal {
             Signal::HungUp { .. } => "hung_up",
             Signal::GaveUp { .. } => "gave_up",
             Signal::Handshake { .. } => "handshake",
+            Signal::Untimed => "untimed",
         }
     }
 
@@ -62,6 +67,7 @@ impl Signal {
                 rtt_ns: raw.value_ns,
                 inflight: raw.inflight,
             },
+            SignalKind::Untimed => Signal::Untimed,
         })
     }
 }
@@ -173,6 +179,10 @@ mod tests {
                 rtt_ns: 9,
                 inflight: 3
             })
+        );
+        assert_eq!(
+            Signal::decode(&raw(SignalKind::Untimed, 0)),
+            Some(Signal::Untimed)
         );
         let unknown = LimiterSignal {
             kind: 99,

@@ -8,24 +8,25 @@ use std::{
 };
 
 use crate::{
-    http::SlowHttp,
     probe::Probe,
     upstream::{closed_port, Behaviour, Blackhole, Upstream},
     TestCgroup,
 };
 
 /// curl inside the cgroup keeping `connections` requests in flight, a new connection per
-/// request (a refused connect fails that transfer only), until dropped.
+/// request (a refused connect fails that transfer only), until dropped. HTTP/1.1 only; an
+/// HTTPS upstream's certificate is not checked (the tests' own).
 pub struct CurlLoad(Child);
 
 impl CurlLoad {
-    pub fn start(cgroup: &TestCgroup, upstream: &SlowHttp, connections: usize) -> Self {
+    pub fn start(cgroup: &TestCgroup, url: &str, connections: usize) -> Self {
         let child = cgroup
             .command(Path::new("curl"))
-            .args(["--silent", "--parallel", "--parallel-immediate"])
+            .args(["--silent", "--insecure", "--http1.1"])
+            .args(["--parallel", "--parallel-immediate"])
             .args(["--parallel-max", &connections.to_string()])
             .args(["--header", "Connection: close", "--output", "/dev/null"])
-            .arg(format!("{}[1-100000000]", upstream.url()))
+            .arg(format!("{url}[1-100000000]"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

@@ -24,8 +24,8 @@ fn the_limit_follows_a_slow_upstream_down_and_back_up_leaving_others_alone() {
     let (slowing, steady) = (SlowHttp::start(NORMAL_MS), SlowHttp::start(NORMAL_MS));
     let agent = Agent::start_command(window_logging(), &cg, &[]);
     let _loads = (
-        CurlLoad::start(&cg, &slowing, LOAD),
-        CurlLoad::start(&cg, &steady, LOAD),
+        CurlLoad::start(&cg, &slowing.url(), LOAD),
+        CurlLoad::start(&cg, &steady.url(), LOAD),
     );
     let mut watch = Watch::new(&cg, &slowing, &steady);
     let healthy = |r: &Value| r["limit"].as_i64() >= Some(LOAD as i64);
@@ -42,7 +42,7 @@ fn the_limit_follows_a_slow_upstream_down_and_back_up_leaving_others_alone() {
     // connections healthy traffic held. (The same clients merely waiting longer hold no more
     // connections than before, and the limit does not cut below those.)
     slowing.set_delay_ms(SLOW_MS);
-    let piling_up = CurlLoad::start(&cg, &slowing, LOAD);
+    let piling_up = CurlLoad::start(&cg, &slowing.url(), LOAD);
     // The limit bounds the pile-up: a window of the slowdown cuts it under the demand, and
     // connects are refused. How far it falls is the controller's to choose (once the
     // upstream is seen to saturate, it follows what the upstream serves instead of going on
@@ -170,13 +170,13 @@ fn shadow_mode_refuses_nothing_and_reports_what_it_would_have_shed() {
     let cg = TestCgroup::new("adaptiveshadow");
     let up = SlowHttp::start(5);
     let _agent = Agent::start(&cg, &["--mode", "shadow"]);
-    let _load = CurlLoad::start(&cg, &up, LOAD);
+    let _load = CurlLoad::start(&cg, &up.url(), LOAD);
     let get = |name| field(&cg, up.addr, name);
     wait_until("a baseline settled and a limit above the load", || {
         row(&cg, up.addr).is_some_and(|r| baseline_settled(&r)) && get("limit") >= LOAD as i64
     });
     up.set_delay_ms(100);
-    let _piling_up = CurlLoad::start(&cg, &up, LOAD);
+    let _piling_up = CurlLoad::start(&cg, &up.url(), LOAD);
     // Where the limit settles under the pile-up depends on how slow the machine makes the
     // healthy answers; that it sits below what piles up, and prod would refuse, does not.
     wait_until("would_shed under the slowdown", || {
@@ -289,4 +289,26 @@ fn long_streams_with_a_fast_first_byte_over_tls_13_are_not_clamped() {
         "the p90 is the first byte's, not the stream's: {last}"
     );
     assert_eq!(field(&cg, server.addr, "shed"), 0, "{windows:?}");
+}
+
+/// A client opening a TLS 1.3 connection per request gives no latency (its one exchange
+/// per connection is never timed): without an answer to judge a limit by, its destination
+/// is refused nothing below the maximum, however many connections it holds.
+#[kernel_test]
+fn traffic_whose_answers_cannot_be_timed_is_refused_nothing_below_the_maximum() {
+    let cg = TestCgroup::new("untimed");
+    let cert = Certificate::new();
+    let server = TlsServer::start(
+        TlsStack::OpenSsl,
+        &cert,
+        Answers::tls("1.3", TLS_FIRST_BYTE_MS),
+    );
+    let _agent = Agent::start(&cg, &[]);
+    let _load = CurlLoad::start(&cg, &server.url(), 40);
+    wait_until("300 requests", || {
+        row(&cg, server.addr).is_some_and(|r| r["untimed"].as_i64() >= Some(300))
+    });
+    let r = row(&cg, server.addr).unwrap();
+    assert_eq!(r["shed"], 0, "{r}");
+    assert_eq!(r["p90_ms"], Value::Null, "{r}");
 }

@@ -178,7 +178,7 @@ fn a_slowdown_lowers_the_limit_with_the_latency_that_moved_it() {
     let cg = TestCgroup::new("eventsslowdown");
     let up = SlowHttp::start(5);
     let _agent = Agent::start(&cg, &[]);
-    let _load = CurlLoad::start(&cg, &up, 16);
+    let _load = CurlLoad::start(&cg, &up.url(), 16);
     wait_until("a baseline settled", || {
         row(&cg, up.addr).is_some_and(|r| baseline_settled(&r))
     });

@@ -244,7 +244,7 @@ fn a_slow_replica_gets_a_low_limit_and_its_overflow_lands_on_the_healthy_one() {
     // The default algorithm (vegas) and bounds: each replica learns its own latency.
     let config = TempFile::new("ffslow.toml", &group(&[slowing.addr, healthy.addr], ""));
     let _agent = start_agent(&cg, &config);
-    let load = CurlLoad::start(&cg, &slowing, WORKERS);
+    let load = CurlLoad::start(&cg, &slowing.url(), WORKERS);
     let get = |up: &SlowHttp, name| field(&cg, up.addr, name);
     let p90 = |up: &SlowHttp| row(&cg, up.addr).and_then(|r| r["p90_ms"].as_f64());
 
@@ -255,7 +255,7 @@ fn a_slow_replica_gets_a_low_limit_and_its_overflow_lands_on_the_healthy_one() {
     // The slower replica's answers take ten times as long, and its clients double (requests
     // arriving at their own pace pile up): the excess over its workers would only queue there.
     slowing.set_delay_ms(10 * NORMAL_MS);
-    let piling_up = CurlLoad::start(&cg, &slowing, WORKERS);
+    let piling_up = CurlLoad::start(&cg, &slowing.url(), WORKERS);
     wait_until(
         "the slow replica's limit to fall below its clients and the healthy one to serve the overflow",
         || {

@@ -76,13 +76,16 @@ static __always_inline struct sock_state *packet_sock_state(struct __sk_buff *sk
 	return sk ? bpf_sk_storage_get(&sockets, sk, 0, 0) : 0;
 }
 
-/* An exchange the kernel saw but could not time, counted on the destination for `status`. */
-static __always_inline void count_untimed(const struct sock_state *ss)
+/* An exchange the kernel saw but could not time: counted on the destination for `status`,
+ * and told to the agent, for which a destination answering only so has no latency to judge
+ * a limit by. */
+static __always_inline void untimed(const struct sock_state *ss)
 {
 	struct dest_state *st = bpf_map_lookup_elem(&dests, &ss->dest);
 
 	if (st)
 		__sync_fetch_and_add(&st->untimed, 1);
+	emit_signal(ss, LIMITER_SIGNAL_UNTIMED, 0, 0);
 }
 
 /*
@@ -109,7 +112,7 @@ static __always_inline void on_egress(struct __sk_buff *skb, struct sock_state *
 	if (ss->segments < CLASSIFIED_SEGMENTS && ss->proto == LIMITER_PROTO_PLAIN &&
 	    classify(skb, ss, &p)) {
 		if (ss->proto == LIMITER_PROTO_OPAQUE)
-			count_untimed(ss);
+			untimed(ss);
 		return;
 	}
 	if (ss->phase == LIMITER_PHASE_AWAITING)
@@ -202,7 +205,7 @@ static __always_inline void on_ingress(struct __sk_buff *skb, struct sock_state 
 		return;
 	ss->phase = LIMITER_PHASE_RECEIVING;
 	if (ss->flags & LIMITER_SOCK_UNTIMED) {
-		count_untimed(ss);
+		untimed(ss);
 		return;
 	}
 	/* One clock read: the sample's timestamp is also where its latency ends. */

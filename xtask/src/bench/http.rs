@@ -78,7 +78,7 @@ pub fn tools_installed() -> bool {
 
 pub fn run(bins: &Binaries, scale: &Scale) -> Result<HttpResults> {
     let servers = TestCgroup::new("bench-servers");
-    let nginx = servers::nginx(&servers)?;
+    let nginx = servers::nginx(&servers, None)?;
     let proxy = servers::haproxy(&servers, nginx.addr, LIMIT)?;
     let cgroup = TestCgroup::new("bench-http");
     let wrk = Wrk::new(1, 32);

@@ -3,7 +3,7 @@
 use std::{collections::BTreeMap, os::fd::OwnedFd, path::Path, process::Command, time::Duration};
 
 use anyhow::{Context, Result};
-use limiter_integration_tests::{Behaviour, TempFile, TestCgroup, Upstream};
+use limiter_integration_tests::{Behaviour, Certificate, TempFile, TestCgroup, Upstream};
 use serde::Deserialize;
 
 use super::{
@@ -192,10 +192,19 @@ pub fn run(bins: &Binaries, scale: &Scale) -> Result<KernelResults> {
     if http::tools_installed() {
         // The same at full speed, as in the HTTP comparison: a sample per request.
         let servers = TestCgroup::new("bench-kernel-servers");
-        let nginx = servers::nginx(&servers)?;
         let duration = Duration::from_secs(scale.http_seconds);
+        let nginx = servers::nginx(&servers, None)?;
         let wrk = Wrk::new(1, 32).run(&cgroup, &format!("http://{}/", nginx.addr), duration)?;
         measure("keep-alive HTTP (wrk, nginx)", wrk.requests, "request")?;
+        // Over TLS 1.3 the protocol's records are read: a header at each request and answer.
+        let cert = Certificate::new();
+        let nginx = servers::nginx(&servers, Some(cert.dir()))?;
+        let wrk = Wrk::new(1, 32).run(&cgroup, &format!("https://{}/", nginx.addr), duration)?;
+        measure(
+            "keep-alive HTTPS, TLS 1.3 (wrk, nginx)",
+            wrk.requests,
+            "request",
+        )?;
     }
     Ok(KernelResults {
         workloads,
@@ -241,8 +250,10 @@ pub fn inherited_programs() -> Result<Vec<String>> {
         .collect())
 }
 
-/// The programs attached to `cgroup` (by name) and their statistics so far. Found through
-/// the cgroup, not by name: other limiters on the machine load programs of the same names.
+/// The programs of the agent attached to `cgroup` (by name) and their statistics so far:
+/// those attached to the cgroup, and the tracepoint of TCP state changes that shares their
+/// maps (it runs for every socket of the machine). Found through the cgroup and the maps,
+/// not by name: other limiters on the machine load programs of the same names.
 fn attached_programs(cgroup: &Path) -> Result<BTreeMap<String, RunTime>> {
     #[derive(Deserialize)]
     struct Attached {
@@ -250,26 +261,40 @@ fn attached_programs(cgroup: &Path) -> Result<BTreeMap<String, RunTime>> {
     }
     #[derive(Deserialize)]
     struct Program {
+        id: u32,
         name: String,
         #[serde(default)]
         run_time_ns: u64,
         #[serde(default)]
         run_cnt: u64,
+        #[serde(default)]
+        map_ids: Vec<u32>,
     }
     let attached: Vec<Attached> = bpftool(&["cgroup", "show", &cgroup.to_string_lossy()])?;
-    attached
+    let ids: Vec<u32> = attached.iter().map(|a| a.id).collect();
+    let loaded: Vec<Program> = bpftool(&["prog", "show"])?;
+    let maps: Vec<u32> = loaded
+        .iter()
+        .filter(|p| ids.contains(&p.id))
+        .flat_map(|p| p.map_ids.iter().copied())
+        .collect();
+    Ok(loaded
         .into_iter()
-        .map(|a| {
-            let p: Program = bpftool(&["prog", "show", "id", &a.id.to_string()])?;
-            Ok((
+        .filter(|p| {
+            ids.contains(&p.id)
+                || (p.name.starts_with("limiter_state")
+                    && p.map_ids.iter().any(|m| maps.contains(m)))
+        })
+        .map(|p| {
+            (
                 p.name,
                 RunTime {
                     runs: p.run_cnt,
                     ns: p.run_time_ns,
                 },
-            ))
+            )
         })
-        .collect()
+        .collect())
 }
 
 fn bpftool<T: for<'de> Deserialize<'de>>(args: &[&str]) -> Result<T> {

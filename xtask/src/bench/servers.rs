@@ -41,14 +41,18 @@ pub struct Nginx<'a> {
     pub workers: usize,
     pub http: &'a str,
     pub location: &'a str,
+    /// Serve HTTPS, TLS 1.3 only, with the certificate and key of this directory.
+    pub tls: Option<&'a Path>,
 }
 
-/// nginx answering every request with a small body, on one worker.
-pub fn nginx(cgroup: &TestCgroup) -> Result<Server> {
+/// nginx answering every request with a small body, on one worker; over TLS 1.3 with
+/// the certificate of `tls`.
+pub fn nginx(cgroup: &TestCgroup, tls: Option<&Path>) -> Result<Server> {
     Nginx {
         workers: 1,
         http: "access_log off;",
         location: "return 200 \"ok\\n\";",
+        tls,
     }
     .start(cgroup)
 }
@@ -62,7 +66,16 @@ impl Nginx<'_> {
             workers,
             http,
             location,
+            tls,
         } = self;
+        let listen = match tls {
+            Some(cert) => format!(
+                "{addr} ssl;\n    ssl_protocols TLSv1.3;\n    \
+                 ssl_certificate {c}/cert.pem;\n    ssl_certificate_key {c}/key.pem",
+                c = cert.display()
+            ),
+            None => addr.to_string(),
+        };
         let config = format!(
             "daemon off;\nworker_processes {workers};\npid {d}/nginx.pid;\n\
              error_log {d}/error.log warn;\n\
@@ -71,7 +84,7 @@ impl Nginx<'_> {
              \x20 client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n\
              \x20 fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n\
              \x20 scgi_temp_path {d}/scgi;\n\
-             \x20 server {{\n    listen {addr};\n    location / {{ {location} }}\n  }}\n}}\n"
+             \x20 server {{\n    listen {listen};\n    location / {{ {location} }}\n  }}\n}}\n"
         );
         let path = dir.path().join("nginx.conf");
         std::fs::write(&path, config)?;

@@ -58,6 +58,7 @@ pub fn run(bins: &Binaries, phases: Phases, limiter: Limiter, up: &Upstream) -> 
         workers: NGINX_WORKERS,
         http: access_log::NGINX_LINES,
         location: &location,
+        tls: None,
     }
     .start(&cgroup)?;
     let (agent, sampler) = limiter.attach(bins, &cgroup, destination)?;
