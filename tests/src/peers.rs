@@ -8,7 +8,7 @@ use std::{
     process::{Child, Command, Stdio},
 };
 
-use crate::TestCgroup;
+use crate::{output, TestCgroup};
 
 /// The Go peer, built with the tests when Debian's golang was installed.
 fn tlspeer() -> PathBuf {
@@ -165,18 +165,9 @@ impl Drop for TlsServer {
 }
 
 /// Runs `cmd` to completion and returns its output lines; panics if it fails.
-fn output_lines(mut cmd: Command, what: &str) -> Vec<String> {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {what}: {e}"));
-    assert!(
-        out.status.success(),
-        "{what} failed ({}): {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
+fn output_lines(cmd: Command, what: &str) -> Vec<String> {
+    output(cmd)
+        .unwrap_or_else(|e| panic!("{what}: {e:#}"))
         .lines()
         .map(str::to_string)
         .collect()

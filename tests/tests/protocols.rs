@@ -326,3 +326,45 @@ fn a_server_that_speaks_first_is_timed_from_the_clients_commands() {
         );
     }
 }
+
+/// PostgreSQL with `sslmode=require`: the client's SSLRequest, answered by one byte, is no
+/// request; TLS follows inside the same connection, and from there every query is timed
+/// to its result (TLS 1.3's first two exchanges excepted). pgbench, on one connection, runs
+/// a query that sleeps `FIRST_BYTE_MS`; its Terminate at the end is a goodbye.
+#[kernel_test]
+fn postgres_over_its_own_tls_negotiation_is_timed_per_query() {
+    let cg = TestCgroup::new("pg-tls");
+    let agent = start(&cg);
+    let cert = Certificate::new();
+    let bin = postgres_bin().expect("PostgreSQL is not installed (apt-get install postgresql)");
+    let cluster = Cluster::start(&bin, Some(cert.dir())).unwrap();
+    const QUERIES: usize = 12;
+    let script = TempFile::new(
+        "pg-sleep.sql",
+        &format!("SELECT pg_sleep({});\n", FIRST_BYTE_MS as f64 / 1e3),
+    );
+    let mut pgbench = cg.command(&bin.join("pgbench"));
+    pgbench
+        .env("PGSSLMODE", "require")
+        .args(["--no-vacuum", "--client", "1", "--transactions"])
+        .arg(QUERIES.to_string())
+        .arg("--file")
+        .arg(&script.0)
+        .args(cluster.connection_args());
+    output(pgbench).expect("pgbench failed");
+    let samples = samples_after_the_fact(&cg, &agent, cluster.addr);
+    let queries = samples
+        .iter()
+        .filter(|&&s| s >= FIRST_BYTE_MS * 1_000_000)
+        .count();
+    assert!(queries >= QUERIES - 2, "{samples:?}");
+    assert!(
+        samples.len() - queries <= 1,
+        "besides the queries, at most the startup's answer: {samples:?}"
+    );
+    // pgbench also opens a connection of its own before its client's.
+    assert!(
+        field(&cg, cluster.addr, "untimed") >= 2,
+        "TLS 1.3's first two on each connection"
+    );
+}

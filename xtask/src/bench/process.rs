@@ -9,6 +9,7 @@ use std::{
 };
 
 use anyhow::{bail, Context, Result};
+pub use limiter_integration_tests::output;
 use limiter_integration_tests::TestCgroup;
 use procfs::process::Process;
 use serde::Deserialize;
@@ -74,22 +75,6 @@ pub fn in_cgroup(cgroup: &TestCgroup, program: &Path) -> Command {
     let mut cmd = cgroup.command(program);
     dies_with_parent(&mut cmd);
     cmd
-}
-
-/// Runs to completion and returns its standard output; fails with its standard error.
-pub fn output(mut cmd: Command) -> Result<String> {
-    let out = cmd
-        .stderr(Stdio::piped())
-        .output()
-        .with_context(|| format!("cannot run {cmd:?}"))?;
-    if !out.status.success() {
-        bail!(
-            "{cmd:?} failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(String::from_utf8(out.stdout)?)
 }
 
 /// A client that runs until told to stop: started, waited for until it says "ready", and

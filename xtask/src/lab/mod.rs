@@ -11,7 +11,6 @@ mod limiter;
 mod pgbench;
 mod phases;
 mod plot;
-mod postgres;
 mod report;
 mod rig;
 mod sampler;
@@ -26,6 +25,8 @@ use std::{
 
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
+
+use limiter_integration_tests::Cluster;
 
 use crate::bench::{self, binaries::Binaries, machine::Machine};
 use limiter::Limiter;
@@ -145,7 +146,7 @@ pub fn run(options: Options) -> Result<()> {
         rig_runs.push(rig::run(&bins, rig_phases, limiter, &upstream)?);
     }
     drop(upstream);
-    let cluster = postgres::Cluster::start(&postgres)?;
+    let cluster = Cluster::start(&postgres.bin, None)?;
     let mut pg_runs = Vec::new();
     for limiter in options.pgbench_runs() {
         eprintln!("lab: pgbench, {}", limiter.label());

@@ -9,12 +9,11 @@ use std::{
 };
 
 use anyhow::{bail, ensure, Context, Result};
-use limiter_integration_tests::{TempFile, TestCgroup};
+use limiter_integration_tests::{Cluster, TempFile, TestCgroup};
 
 use super::{
     limiter::{logged_windows, Limiter},
     phases::{Phase, Phases},
-    postgres::Cluster,
     sampler::Tick,
 };
 use crate::bench::{binaries::Binaries, process};

@@ -1,8 +1,10 @@
 //! The programs the lab drives, all from Debian's packages, checked before anything starts.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::{bail, Result};
+
+use limiter_integration_tests::postgres_bin;
 
 use crate::bench::process::installed;
 
@@ -47,35 +49,4 @@ pub fn check() -> Result<Postgres> {
         programs.join(", "),
         packages.join(" ")
     )
-}
-
-/// Debian keeps the server programs in /usr/lib/postgresql/VERSION/bin, off PATH unless
-/// linked there; the newest version wins.
-fn postgres_bin() -> Option<PathBuf> {
-    let complete = |dir: &Path| {
-        ["initdb", "pg_ctl", "psql", "pgbench", "postgres"]
-            .iter()
-            .all(|p| dir.join(p).is_file())
-    };
-    let on_path = std::env::var_os("PATH").and_then(|path| {
-        std::env::split_paths(&path)
-            .map(|dir| dir.join("initdb"))
-            .find(|initdb| initdb.is_file())
-            .and_then(|initdb| std::fs::canonicalize(initdb).ok())
-            .and_then(|initdb| initdb.parent().map(Path::to_path_buf))
-    });
-    if let Some(dir) = on_path.filter(|d| complete(d)) {
-        return Some(dir);
-    }
-    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
-        .ok()?
-        .filter_map(|e| {
-            let e = e.ok()?;
-            let version = e.file_name().to_str()?.parse().ok()?;
-            Some((version, e.path().join("bin")))
-        })
-        .filter(|(_, dir)| complete(dir))
-        .collect();
-    versions.sort();
-    versions.pop().map(|(_, dir)| dir)
 }

@@ -1,22 +1,50 @@
-//! A PostgreSQL cluster of the lab's own: made by initdb in a temporary directory, run as
-//! the postgres user on a loopback port, in a cgroup of its own so that every backend goes
-//! with it.
+//! A PostgreSQL cluster of its own: made by initdb in a temporary directory, run as the
+//! postgres user on a loopback port, in a cgroup of its own so that every backend goes
+//! with it. Optionally with TLS, for clients asking `sslmode=require`.
 
 use std::{
     net::{SocketAddr, TcpListener},
-    path::PathBuf,
+    path::{Path, PathBuf},
     process::Command,
 };
 
 use anyhow::{Context, Result};
-use limiter_integration_tests::TestCgroup;
-use tempfile::TempDir;
 
-use super::tools::Postgres;
-use crate::bench::process;
+use crate::{process::output, TestCgroup};
 
 /// The system user the Debian package makes; the server refuses to run as root.
 const USER: &str = "postgres";
+
+/// Debian keeps the server programs in /usr/lib/postgresql/VERSION/bin, off PATH unless
+/// linked there; the newest version wins.
+pub fn postgres_bin() -> Option<PathBuf> {
+    let complete = |dir: &Path| {
+        ["initdb", "pg_ctl", "psql", "pgbench", "postgres"]
+            .iter()
+            .all(|p| dir.join(p).is_file())
+    };
+    let on_path = std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|dir| dir.join("initdb"))
+            .find(|initdb| initdb.is_file())
+            .and_then(|initdb| std::fs::canonicalize(initdb).ok())
+            .and_then(|initdb| initdb.parent().map(Path::to_path_buf))
+    });
+    if let Some(dir) = on_path.filter(|d| complete(d)) {
+        return Some(dir);
+    }
+    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let version = e.file_name().to_str()?.parse().ok()?;
+            Some((version, e.path().join("bin")))
+        })
+        .filter(|(_, dir)| complete(dir))
+        .collect();
+    versions.sort();
+    versions.pop().map(|(_, dir)| dir)
+}
 
 pub struct Cluster {
     pub addr: SocketAddr,
@@ -25,27 +53,27 @@ pub struct Cluster {
     data: PathBuf,
     // Dropped last: the cluster's processes, then its files.
     cgroup: TestCgroup,
-    _dir: TempDir,
+    _dir: tempfile::TempDir,
 }
 
 impl Cluster {
-    pub fn start(postgres: &Postgres) -> Result<Self> {
-        let dir = tempfile::Builder::new()
-            .prefix("limiter-lab-pg")
-            .tempdir()?;
+    /// A cluster of the programs in `bin`; with `tls`, a directory holding cert.pem and
+    /// key.pem, it also speaks TLS.
+    pub fn start(bin: &Path, tls: Option<&Path>) -> Result<Self> {
+        let dir = tempfile::Builder::new().prefix("limiter-pg").tempdir()?;
         let (uid, gid) = user_ids(USER)?;
         std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid))?;
         let data = dir.path().join("data");
-        let cgroup = TestCgroup::new("lab-postgres");
+        let cgroup = TestCgroup::new("postgres");
         let addr = TcpListener::bind("127.0.0.1:0")?.local_addr()?;
         let cluster = Cluster {
             addr,
-            bin: postgres.bin.clone(),
+            bin: bin.to_path_buf(),
             data: data.clone(),
             cgroup,
             _dir: dir,
         };
-        cluster.as_postgres(&postgres.program("initdb"), |cmd| {
+        cluster.as_postgres("initdb", |cmd| {
             cmd.arg("--pgdata").arg(&data).args([
                 "--auth",
                 "trust",
@@ -55,13 +83,23 @@ impl Cluster {
             ]);
         })?;
         // Its socket file in its own directory, not in the system's /run/postgresql.
-        let options = format!(
+        let mut options = format!(
             "-c listen_addresses=127.0.0.1 -p {} -c unix_socket_directories='{}' \
              -c max_connections=200 -c fsync=off",
             addr.port(),
             data.display()
         );
-        cluster.as_postgres(&postgres.program("pg_ctl"), |cmd| {
+        if let Some(tls) = tls {
+            // The server reads its key only if no one else may.
+            for (from, to) in [("cert.pem", "server.crt"), ("key.pem", "server.key")] {
+                let to = data.join(to);
+                std::fs::copy(tls.join(from), &to)?;
+                std::os::unix::fs::chown(&to, Some(uid), Some(gid))?;
+                std::fs::set_permissions(&to, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+            }
+            options.push_str(" -c ssl=on");
+        }
+        cluster.as_postgres("pg_ctl", |cmd| {
             cmd.arg("--pgdata")
                 .arg(&data)
                 .arg("--log")
@@ -71,16 +109,12 @@ impl Cluster {
         Ok(cluster)
     }
 
-    /// Runs `program` as the postgres user in the cluster's cgroup, to completion.
-    fn as_postgres(
-        &self,
-        program: &std::path::Path,
-        args: impl FnOnce(&mut Command),
-    ) -> Result<String> {
+    /// Runs `program` of the cluster's as the postgres user in its cgroup, to completion.
+    fn as_postgres(&self, program: &str, args: impl FnOnce(&mut Command)) -> Result<String> {
         let mut cmd = self.cgroup.command("runuser".as_ref());
-        cmd.args(["-u", USER, "--"]).arg(program);
+        cmd.args(["-u", USER, "--"]).arg(self.bin.join(program));
         args(&mut cmd);
-        process::output(cmd)
+        output(cmd)
     }
 
     /// One SQL statement, run with psql over TCP.
@@ -95,7 +129,7 @@ impl Cluster {
         ])
         .arg(statement)
         .args(self.connection_args());
-        process::output(cmd).map(drop)
+        output(cmd).map(drop)
     }
 
     /// How clients reach it: host, port, user, and last the database (psql and pgbench
@@ -117,13 +151,13 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        let stopped = self.as_postgres(&self.bin.join("pg_ctl"), |cmd| {
+        let stopped = self.as_postgres("pg_ctl", |cmd| {
             cmd.arg("--pgdata")
                 .arg(&self.data)
                 .args(["--mode", "immediate", "--wait", "stop"]);
         });
         if let Err(e) = stopped {
-            eprintln!("lab: pg_ctl stop failed, the cgroup's removal ends the server: {e}");
+            eprintln!("pg_ctl stop failed, the cgroup's removal ends the server: {e}");
         }
     }
 }
