@@ -148,7 +148,11 @@ func serve(args []string) {
 // A client that trusts any certificate: the tests' servers are their own.
 func client(h2 bool, newConnections bool) *http.Client {
 	transport := &http.Transport{
-		TLSClientConfig:     &tls.Config{InsecureSkipVerify: true},
+		// A session cache: a new connection resumes the last one's session (tickets).
+		TLSClientConfig: &tls.Config{
+			InsecureSkipVerify: true,
+			ClientSessionCache: tls.NewLRUClientSessionCache(64),
+		},
 		DisableKeepAlives:   newConnections,
 		MaxIdleConnsPerHost: 1000,
 		ForceAttemptHTTP2:   h2,

@@ -67,13 +67,15 @@ enum Client {
     Go,
 }
 
-/// `REQUESTS` requests from `client`, on one connection or a connection each.
+/// `REQUESTS` requests from `client`, on one connection or a connection each; both clients
+/// resume their first connection's TLS session (tickets) on the later ones.
 fn fetch(cg: &TestCgroup, client: Client, url: &str, keep_alive: bool) -> Vec<u64> {
+    let urls = vec![url.to_string(); REQUESTS];
     match (client, keep_alive) {
-        (Client::Curl, true) => curl_ttfb(cg, &["--http1.1"], &vec![url.to_string(); REQUESTS]),
-        (Client::Curl, false) => (0..REQUESTS)
-            .flat_map(|_| curl_ttfb(cg, &["--http1.1"], &[url.to_string()]))
-            .collect(),
+        (Client::Curl, true) => curl_ttfb(cg, &["--http1.1"], &urls),
+        (Client::Curl, false) => {
+            curl_ttfb(cg, &["--http1.1", "--header", "Connection: close"], &urls)
+        }
         (Client::Go, keep_alive) => go_get(cg, url, REQUESTS, false, !keep_alive),
     }
 }
