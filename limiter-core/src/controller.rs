@@ -88,6 +88,9 @@ pub struct DestinationController<A = AnyAlgorithm> {
     /// Answers came, and none could be timed: traffic whose answers cannot be read (TLS 1.3
     /// connections carrying one request each) gives nothing to judge a limit by.
     untimed_only: bool,
+    /// The most connections in flight at an admitted connect while answers were untimed:
+    /// what the traffic held, which no sample shows.
+    untimed_peak: u32,
     /// A latency sample has come.
     answered: bool,
     /// The baseline has been published once: the first learning is over, and slow start's
@@ -158,6 +161,7 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             fresh_from_ns: 0,
             first_word_at: now_ns + FIRST_WORD_NS,
             untimed_only: false,
+            untimed_peak: 0,
             answered: false,
         }
     }
@@ -481,9 +485,12 @@ impl<A: LimitAlgorithm> DestinationController<A> {
 impl<A: LimitAlgorithm> Controller for DestinationController<A> {
     fn on_sample(&mut self, now_ns: u64, latency_ns: u64, inflight: u32) {
         if self.untimed_only {
-            // The first answer that could be timed: watched as a new destination's first.
+            // The first answer that could be timed: watched as a new destination's first,
+            // with the connections the untimed traffic held counted as held, twice over:
+            // a peak seen is a guess at the load, which slow start would give that room.
             self.untimed_only = false;
             self.first_word_at = now_ns + FIRST_WORD_NS;
+            self.set_limit(self.limit.max(2.0 * f64::from(self.untimed_peak)));
         }
         self.answered = true;
         self.slow_answers = if latency_ns / 1_000 >= u64::from(self.slow_from_us) {
@@ -500,6 +507,9 @@ impl<A: LimitAlgorithm> Controller for DestinationController<A> {
     }
 
     fn on_connect(&mut self, now_ns: u64, inflight: u32) {
+        if self.untimed_only {
+            self.untimed_peak = self.untimed_peak.max(inflight);
+        }
         if !self.learned {
             self.slow_start.on_connect(now_ns, inflight);
         }
@@ -540,7 +550,8 @@ impl<A: LimitAlgorithm> Controller for DestinationController<A> {
     /// the limit at what that traffic was seen to hold (the highest in-flight a sample
     /// started at), and never under the initial limit. A destination whose answers so far
     /// could none be timed refuses nothing below the upper bound either: there is no latency
-    /// to judge a limit by. Its first timed answer starts it over as a new destination.
+    /// to judge a limit by. Its first timed answer starts it over as a new destination, with
+    /// twice the connections its untimed traffic held counted as held.
     fn update_reporting(&mut self, now_ns: u64, report: &mut dyn FnMut(&WindowReport)) -> u32 {
         if self.untimed_only {
             self.published = self.limits.max;

@@ -210,32 +210,42 @@ fn boxed_controllers_are_send() {
 }
 
 /// TLS 1.3 connections carrying one request each answer, but no answer can be timed: the
-/// destination is refused nothing below the maximum until one can.
+/// destination is refused nothing below the maximum until one can, and is judged from then
+/// on, untimed answers or not.
 #[test]
 fn answers_that_cannot_be_timed_leave_the_maximum_until_one_can() {
     let cfg = ControlConfig::default();
     let mut c = controller(&cfg, 0);
     assert_eq!(c.update(100 * MS), 20, "nothing seen: the initial limit");
-    c.on_outcome(150 * MS, Outcome::Untimed);
-    assert_eq!(
-        c.update(200 * MS),
-        200,
-        "answers, none timed: nothing to judge a limit by"
+    let mut s = Stream::new(7);
+    let untimed = s.run(c.as_mut(), 60, 400.0, |_, _| {
+        Event::Outcome(Outcome::Untimed)
+    });
+    assert!(untimed.iter().all(|&l| l == 200), "{untimed:?}");
+    // 60 connections held while the answers went untimed: room for twice as many.
+    c.on_connect(60_000 * MS, 60);
+    // Timed answers, and some untimed beside them (new connections' first exchanges).
+    let mut n = 0;
+    let timed = s.run(c.as_mut(), 60, 400.0, |limit, s| {
+        n += 1;
+        if n % 10 == 0 {
+            Event::Outcome(Outcome::Untimed)
+        } else {
+            Event::Sample {
+                latency_ns: (5.0 * MS as f64 * s.jitter()) as u64,
+                inflight: limit.min(40),
+            }
+        }
+    });
+    assert!(
+        timed[2..10].iter().all(|&l| (120..200).contains(&l)),
+        "started over at what the traffic held: {timed:?}"
     );
-    assert_eq!(c.update(60_000 * MS), 200);
-    c.on_sample(60_010 * MS, 5 * MS, 40);
-    assert_eq!(
-        c.update(60_100 * MS),
-        200,
-        "a timed answer is watched as a new destination's first"
-    );
-    assert_eq!(c.update(60_200 * MS), 40, "what the traffic held");
-    c.on_outcome(60_300 * MS, Outcome::Untimed);
-    assert_eq!(
-        c.update(60_400 * MS),
-        40,
-        "untimed answers beside timed ones change nothing"
-    );
+    let slow = s.run(c.as_mut(), 60, 400.0, |limit, s| Event::Sample {
+        latency_ns: (100.0 * MS as f64 * s.jitter()) as u64,
+        inflight: limit,
+    });
+    assert!(slow.last() < Some(&100), "a slowdown is judged: {slow:?}");
 }
 
 #[test]
