@@ -135,6 +135,8 @@ abi_enum! {
         H2c = 2,
         /// TLS offering HTTP/2: its requests cannot be told apart.
         Opaque = 3,
+        /// Cleartext HTTP/1.x: its answers carry a status code.
+        Http1 = 4,
     }
 }
 
@@ -247,6 +249,11 @@ pub struct DestState {
     /// Exchanges seen but not timed (TLS 1.3's first two per connection; a connection
     /// whose exchanges cannot be told apart, HTTP/2 over TLS, once).
     pub untimed: u64,
+    /// Cleartext HTTP/1.x answers by status: 4xx but 429, 429, 5xx but 503, 503.
+    pub answers_4xx: u64,
+    pub answers_429: u64,
+    pub answers_5xx: u64,
+    pub answers_503: u64,
 }
 
 /// A group member's fall-forward candidates, in the order they are tried.
@@ -348,7 +355,8 @@ pub struct LimiterSignal {
     /// In flight, itself included, when the request started (sample) or when the
     /// connection was admitted (handshake); 0 otherwise.
     pub inflight: u32,
-    pub _pad: u32,
+    /// A sample's answer on cleartext HTTP/1.x: its status code; 0 otherwise.
+    pub status: u32,
 }
 
 impl LimiterEvent {
@@ -366,7 +374,7 @@ impl LimiterEvent {
 const _: () = {
     assert!(core::mem::size_of::<DestKey>() == 20);
     assert!(core::mem::size_of::<DestPolicy>() == 48);
-    assert!(core::mem::size_of::<DestState>() == 88);
+    assert!(core::mem::size_of::<DestState>() == 120);
     assert!(core::mem::size_of::<DestPeers>() == 144);
     assert!(core::mem::size_of::<LimiterConfig>() == 32);
     assert!(core::mem::size_of::<GlobalStats>() == 32);

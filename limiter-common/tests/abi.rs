@@ -43,7 +43,11 @@ fn layouts() -> Vec<Layout> {
                 would_redirect,
                 connect_failed,
                 closed,
-                untimed
+                untimed,
+                answers_4xx,
+                answers_429,
+                answers_5xx,
+                answers_503
             ]
         ),
         layout!(DestPeers, "dest_peers", [count, peers]),
@@ -94,7 +98,7 @@ fn layouts() -> Vec<Layout> {
         layout!(
             LimiterSignal,
             "limiter_signal",
-            [ts_ns, value_ns, dest, kind, inflight, _pad]
+            [ts_ns, value_ns, dest, kind, inflight, status]
         ),
     ]
 }
@@ -159,6 +163,7 @@ fn enum_constants() -> Vec<(&'static str, u32)> {
         Tls => "LIMITER_PROTO_TLS",
         H2c => "LIMITER_PROTO_H2C",
         Opaque => "LIMITER_PROTO_OPAQUE",
+        Http1 => "LIMITER_PROTO_HTTP1",
     });
     mirrored!(all, TlsProgress {
         None => "LIMITER_TLS_NONE",
@@ -257,6 +262,6 @@ fn values_no_variant_has_do_not_decode() {
     assert!(EventKind::try_from(0).is_err());
     assert!(PolicyMode::try_from(4).is_err());
     assert!(SockPhase::try_from(3).is_err());
-    assert!(SockProto::try_from(4).is_err());
+    assert!(SockProto::try_from(5).is_err());
     assert!(TlsProgress::try_from(5).is_err());
 }

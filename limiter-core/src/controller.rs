@@ -53,6 +53,10 @@ const SLOW_ANSWERS: u8 = 3;
 /// How long a new destination's traffic is watched before its limit starts: a burst on
 /// attach (a proxy's connection per client request) has its answers by then.
 const FIRST_WORD_NS: u64 = 100_000_000;
+/// Windows in a row without an overload answer, the limit pressing against the ceiling an
+/// overload set, before the ceiling is raised by one: TCP's congestion avoidance, one probe
+/// per period over where the upstream last said it had too many.
+const CEILING_PROBE_WINDOWS: u8 = 4;
 /// Before the first baseline, a window whose p90 is over this multiple of every earlier one
 /// the filter holds is still rising: a drift of a few per cent is noise, not a rise.
 const RISING: f64 = 1.1;
@@ -88,11 +92,10 @@ pub struct DestinationController<A = AnyAlgorithm> {
     /// Answers came, and none could be timed: traffic whose answers cannot be read (TLS 1.3
     /// connections carrying one request each) gives nothing to judge a limit by.
     untimed_only: bool,
-    /// The most connections in flight at an admitted connect while answers were untimed:
-    /// what the traffic held, which no sample shows.
-    untimed_peak: u32,
     /// A latency sample has come.
     answered: bool,
+    /// Windows pressing against the ceiling since its last overload answer or raise.
+    under_ceiling: u8,
     /// The baseline has been published once: the first learning is over, and slow start's
     /// state is no longer touched.
     learned: bool,
@@ -110,6 +113,10 @@ pub struct DestinationController<A = AnyAlgorithm> {
     recovery: Recovery,
     /// Windows running whose latency ignored a cut of in-flight.
     flat_windows: u32,
+    /// Below the limit at which the upstream last answered it was overloaded (HTTP 429,
+    /// 503): no growth passes it; 0 when none did. Raised by one after
+    /// [`CEILING_PROBE_WINDOWS`] windows pressing against it with no overload answer.
+    ceiling: f32,
     /// When the limit was last lowered.
     cut_at_ns: u64,
     /// While the baseline follows a saturated upstream, until it recovers: what it serves at
@@ -118,6 +125,9 @@ pub struct DestinationController<A = AnyAlgorithm> {
     /// The step a full window showed, when the algorithm read it over the filter's smoothed
     /// p90 at the last close, else 0: what moved the limit is what status and events report.
     onset_p90: f32,
+    /// The most connections in flight at an admitted connect while answers were untimed:
+    /// what the traffic held, which no sample shows.
+    untimed_peak: u32,
 }
 
 impl DestinationController<AnyAlgorithm> {
@@ -163,6 +173,8 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             untimed_only: false,
             untimed_peak: 0,
             answered: false,
+            ceiling: 0.0,
+            under_ceiling: 0,
         }
     }
 
@@ -366,6 +378,7 @@ impl<A: LimitAlgorithm> DestinationController<A> {
 
     fn close(&mut self, window: WindowSummary, now_ns: u64) {
         self.guard.observe(window.peak_inflight);
+        self.overload_ceiling(&window);
         let error_pressure = window.error_pressure();
         let (latency, capacity) = self.latency_view(&window, error_pressure);
         if latency.is_none() && error_pressure == 0.0 {
@@ -448,6 +461,7 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             samples: window.samples,
             errors: window.errors,
             timeouts: window.timeouts,
+            overloads: window.overloads,
             sheds: window.sheds,
             p90_ns: window.p90_ns,
             mean_latency_ns: window.mean_latency_ns,
@@ -463,8 +477,35 @@ impl<A: LimitAlgorithm> DestinationController<A> {
         }
     }
 
+    /// An overload answer says the limit it came at was too many: the limit is kept under
+    /// it from now on, and the ceiling raised by one only once the limit pressed against it
+    /// for a while without another (the upstream's allowance may grow back).
+    fn overload_ceiling(&mut self, window: &WindowSummary) {
+        if window.overloads > 0 {
+            self.ceiling = (self.limit - 1.0).max(f64::from(self.limits.min)) as f32;
+            self.under_ceiling = 0;
+        } else if self.ceiling > 0.0 {
+            let pressing =
+                window.sheds > 0 || f64::from(window.peak_inflight) >= f64::from(self.ceiling);
+            if pressing {
+                self.under_ceiling += 1;
+            }
+            if self.under_ceiling >= CEILING_PROBE_WINDOWS {
+                self.ceiling += 1.0;
+                self.under_ceiling = 0;
+            }
+        }
+    }
+
     fn set_limit(&mut self, limit: f64) {
-        self.limit = limit.clamp(f64::from(self.limits.min), f64::from(self.limits.max));
+        let ceiling = if self.ceiling > 0.0 {
+            f64::from(self.ceiling)
+        } else {
+            f64::MAX
+        };
+        self.limit = limit
+            .min(ceiling)
+            .clamp(f64::from(self.limits.min), f64::from(self.limits.max));
     }
 
     /// Publishes the limit, less the slots requests given up on still hold at an upstream
@@ -846,6 +887,7 @@ mod tests {
             errors: 0,
             timeouts: 0,
             stale_timeouts: 0,
+            overloads: 0,
             p90_ns: Some(latency_ns),
             p90_weight: 60,
             mean_inflight: 20.0,

@@ -50,6 +50,23 @@ pub enum Outcome {
     /// The upstream answered, but its answer could not be timed: which bytes answered the
     /// request cannot be read from outside (the first exchanges of a TLS 1.3 connection).
     Untimed,
+    /// The upstream answered that it is overloaded (HTTP 429, 503): lowers the limit as a
+    /// timeout does, and the limit it answered so at is no healthy one to return to.
+    Overload,
+}
+
+impl Outcome {
+    /// What an HTTP answer's status says, where it is not a latency sample: an overload
+    /// answer (429 Too Many Requests, 503 Service Unavailable), another 5xx an error;
+    /// anything else (2xx, 3xx, and 4xx: the request's fault, answered) is a healthy
+    /// sample, `None`.
+    pub fn of_http_status(status: u32) -> Option<Outcome> {
+        match status {
+            429 | 503 => Some(Outcome::Overload),
+            500..=599 => Some(Outcome::Error),
+            _ => None,
+        }
+    }
 }
 
 /// The per-destination control loop: samples and outcomes in, a limit out.
@@ -90,4 +107,20 @@ pub trait Controller {
 /// `now_ns`.
 pub fn controller(cfg: &ControlConfig, now_ns: u64) -> Box<dyn Controller + Send> {
     Box::new(DestinationController::new(cfg, now_ns))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn http_answers_say_overload_error_or_nothing_but_their_latency() {
+        assert_eq!(Outcome::of_http_status(429), Some(Outcome::Overload));
+        assert_eq!(Outcome::of_http_status(503), Some(Outcome::Overload));
+        assert_eq!(Outcome::of_http_status(500), Some(Outcome::Error));
+        assert_eq!(Outcome::of_http_status(502), Some(Outcome::Error));
+        for healthy in [0, 200, 301, 404, 499] {
+            assert_eq!(Outcome::of_http_status(healthy), None, "{healthy}");
+        }
+    }
 }

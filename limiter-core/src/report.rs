@@ -11,6 +11,8 @@ pub struct WindowReport {
     pub samples: u32,
     pub errors: u32,
     pub timeouts: u32,
+    /// Answers that said the upstream is overloaded (HTTP 429, 503).
+    pub overloads: u32,
     /// Connects the limit refused while it was open.
     pub sheds: u32,
     pub p90_ns: Option<f64>,

@@ -29,6 +29,7 @@ const IN_STEP: f64 = 1.1;
 const WAITED: f64 = 1.25;
 
 /// Timeouts weigh double in the error pressure: the client gave up, the strongest signal.
+/// So do overload answers: the upstream said it has too much.
 const TIMEOUT_WEIGHT: u32 = 2;
 
 /// What one closed window says.
@@ -44,6 +45,8 @@ pub struct WindowSummary {
     pub timeouts: u32,
     /// Of those, the ones that started before the limit was last cut: that cut answered them.
     pub stale_timeouts: u32,
+    /// Requests the upstream answered as overloaded (HTTP 429, 503).
+    pub overloads: u32,
     /// The window's p90 latency, if the window has samples of its own.
     pub p90_ns: Option<f64>,
     /// How many latencies the p90 rests on (a thin window's reach back included).
@@ -92,11 +95,12 @@ impl WindowSummary {
     /// cut already shrinks, and counting it again would cut once per window it drains over.
     pub fn error_pressure(&self) -> f64 {
         let fresh_timeouts = self.timeouts.saturating_sub(self.stale_timeouts);
-        let events = self.samples + self.errors + fresh_timeouts;
+        let strong = fresh_timeouts.saturating_add(self.overloads);
+        let events = self.samples + self.errors + strong;
         if events == 0 {
             return 0.0;
         }
-        let weighted = self.errors + TIMEOUT_WEIGHT * fresh_timeouts;
+        let weighted = self.errors + TIMEOUT_WEIGHT * strong;
         (f64::from(weighted) / f64::from(events)).min(1.0)
     }
 }
@@ -140,6 +144,7 @@ pub struct Windows {
     errors: u32,
     timeouts: u32,
     stale_timeouts: u32,
+    overloads: u32,
     peak_inflight: u32,
     sheds: u32,
     rules: Rules,
@@ -166,6 +171,7 @@ impl Windows {
             errors: 0,
             timeouts: 0,
             stale_timeouts: 0,
+            overloads: 0,
             min_latency_ns: u64::MAX,
             max_latency_ns: 0,
             inflight_sum: 0,
@@ -210,6 +216,7 @@ impl Windows {
         match outcome {
             Outcome::Error => self.errors = self.errors.saturating_add(1),
             Outcome::Timeout => self.timeouts = self.timeouts.saturating_add(1),
+            Outcome::Overload => self.overloads = self.overloads.saturating_add(1),
             Outcome::Shed => self.sheds = self.sheds.saturating_add(1),
             Outcome::GaveUp { .. } | Outcome::HungUp { .. } | Outcome::Untimed => {}
         }
@@ -248,6 +255,7 @@ impl Windows {
         self.samples
             .saturating_add(self.errors)
             .saturating_add(self.timeouts)
+            .saturating_add(self.overloads)
     }
 
     fn is_due(&self, elapsed_ns: u64) -> bool {
@@ -327,6 +335,7 @@ impl Windows {
             errors: self.errors,
             timeouts: self.timeouts,
             stale_timeouts: self.stale_timeouts,
+            overloads: self.overloads,
             p90_ns,
             p90_weight,
             mean_inflight: if self.samples == 0 {
@@ -354,6 +363,7 @@ impl Windows {
         self.errors = 0;
         self.timeouts = 0;
         self.stale_timeouts = 0;
+        self.overloads = 0;
         self.min_latency_ns = u64::MAX;
         self.max_latency_ns = 0;
         self.inflight_sum = 0;

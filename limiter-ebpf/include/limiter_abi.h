@@ -61,6 +61,7 @@
 #define LIMITER_PROTO_TLS 1    /* TLS, HTTP/2 not offered */
 #define LIMITER_PROTO_H2C 2    /* cleartext HTTP/2 */
 #define LIMITER_PROTO_OPAQUE 3 /* TLS offering HTTP/2: requests cannot be told apart */
+#define LIMITER_PROTO_HTTP1 4  /* cleartext HTTP/1.x: answers carry a status code */
 
 /* How far a TLS handshake has come (sock_state.tls). */
 #define LIMITER_TLS_NONE 0
@@ -113,6 +114,12 @@ struct dest_state {
 	/* Exchanges seen but not timed: TLS 1.3's first two on each connection, and each
 	 * connection whose exchanges cannot be told apart (HTTP/2 over TLS) once. */
 	__u64 untimed;
+	/* Cleartext HTTP/1.x answers by status, beside the 2xx and 3xx ones: 4xx but 429,
+	 * 429, 5xx but 503, 503. */
+	__u64 answers_4xx;
+	__u64 answers_429;
+	__u64 answers_5xx;
+	__u64 answers_503;
 };
 
 /* Written by the agent for each member of a configured group: where a connect to this
@@ -185,7 +192,7 @@ struct limiter_signal {
 	__u32 kind;     /* LIMITER_SIGNAL_* */
 	__u32 inflight; /* dest's inflight when the request started (SAMPLE), or when the
 			 * connection was admitted, itself included (HANDSHAKE) */
-	__u32 _pad;
+	__u32 status;   /* SAMPLE on cleartext HTTP/1.x: the answer's status code; else 0 */
 };
 
 #endif /* LIMITER_ABI_H */

@@ -114,6 +114,7 @@ impl Controller for ExternalController {
             Outcome::Timeout => self.send(format_args!("outcome {now_ns} timeout")),
             Outcome::Shed => self.send(format_args!("outcome {now_ns} shed")),
             Outcome::Untimed => self.send(format_args!("outcome {now_ns} untimed")),
+            Outcome::Overload => self.send(format_args!("outcome {now_ns} overload")),
             Outcome::GaveUp { waited_ns } => {
                 self.send(format_args!("outcome {now_ns} gave_up {waited_ns}"))
             }

@@ -396,14 +396,15 @@ fn watch<T: AsRawFd>(reader: T) -> Result<AsyncFd<T>> {
 }
 
 fn log_signal(ev: &SignalEvent) {
-    let (value_ns, inflight) = match ev.signal {
+    let (value_ns, inflight, status) = match ev.signal {
         Signal::Sample {
             latency_ns,
             inflight,
-        } => (latency_ns, inflight),
-        Signal::Handshake { rtt_ns, inflight } => (rtt_ns, inflight),
-        Signal::GaveUp { waited_ns } | Signal::HungUp { waited_ns } => (waited_ns, 0),
-        _ => (0, 0),
+            status,
+        } => (latency_ns, inflight, status),
+        Signal::Handshake { rtt_ns, inflight } => (rtt_ns, inflight, 0),
+        Signal::GaveUp { waited_ns } | Signal::HungUp { waited_ns } => (waited_ns, 0, 0),
+        _ => (0, 0, 0),
     };
     debug!(
         // The documented filter for the latency signal, wherever the code lives.
@@ -412,5 +413,6 @@ fn log_signal(ev: &SignalEvent) {
         destination = %ev.dest.socket_addr(),
         value_ns,
         inflight,
+        status,
     );
 }

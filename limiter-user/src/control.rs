@@ -33,9 +33,12 @@ struct Managed {
     published: Option<DestPolicy>,
     /// The limit the kernel enforces, whatever `published` says.
     enforced: Option<u32>,
-    /// Verdicts since the last limit change: part of why the limit moves.
-    errors: u32,
-    timeouts: u32,
+    /// Verdicts since the last limit change: part of why the limit moves (saturating: a
+    /// destination stays under 4 KiB).
+    errors: u16,
+    timeouts: u16,
+    /// Overload answers (HTTP 429, 503) since the last limit change.
+    overloads: u16,
     /// Rebuilt by a new configuration since the last limit change.
     reconfigured: bool,
 }
@@ -138,6 +141,7 @@ impl ControlLoop {
             enforced: None,
             errors: 0,
             timeouts: 0,
+            overloads: 0,
             reconfigured: false,
         });
         self.slot_of.insert(key, slot);
@@ -194,12 +198,16 @@ impl ControlLoop {
             Signal::Sample {
                 latency_ns,
                 inflight,
-            } => {
-                if let Some(m) = self.managed(ev.dest, ev.ts_ns, None) {
-                    m.controller.on_sample(ev.ts_ns, latency_ns, inflight);
+                status,
+            } => match Outcome::of_http_status(status) {
+                Some(outcome) => outcome,
+                None => {
+                    if let Some(m) = self.managed(ev.dest, ev.ts_ns, None) {
+                        m.controller.on_sample(ev.ts_ns, latency_ns, inflight);
+                    }
+                    return;
                 }
-                return;
-            }
+            },
             Signal::ConnectRefused | Signal::Error => Outcome::Error,
             Signal::ConnectTimeout => Outcome::Timeout,
             Signal::GaveUp { waited_ns } => Outcome::GaveUp { waited_ns },
@@ -220,6 +228,7 @@ impl ControlLoop {
             match outcome {
                 Outcome::Timeout => m.timeouts = m.timeouts.saturating_add(1),
                 Outcome::Error => m.errors = m.errors.saturating_add(1),
+                Outcome::Overload => m.overloads = m.overloads.saturating_add(1),
                 // Whether a close was a goodbye is the controller's to judge.
                 Outcome::GaveUp { .. }
                 | Outcome::HungUp { .. }
@@ -287,12 +296,13 @@ impl ControlLoop {
                             new: limit,
                             p90_ms: ms(policy.p90_ns),
                             baseline_ms: ms(policy.baseline_ns),
-                            errors: m.errors,
-                            timeouts: m.timeouts,
+                            errors: m.errors.into(),
+                            timeouts: m.timeouts.into(),
+                            overloads: m.overloads.into(),
                             reconfigured: m.reconfigured,
                         }))
                     });
-                    (m.errors, m.timeouts, m.reconfigured) = (0, 0, false);
+                    (m.errors, m.timeouts, m.overloads, m.reconfigured) = (0, 0, 0, false);
                 }
                 m.enforced = Some(limit);
             }
@@ -437,6 +447,7 @@ fn log_window(key: &DestKey, w: &WindowReport) {
         samples = w.samples,
         errors = w.errors,
         timeouts = w.timeouts,
+        overloads = w.overloads,
         sheds = w.sheds,
         p90_ms = w.p90_ns.map(ms),
         mean_ms = ms(w.mean_latency_ns),
@@ -472,15 +483,30 @@ mod tests {
         DestKey::new(SocketAddr::from(([127, 0, 0, 1], port)))
     }
 
-    fn sample(control: &mut ControlLoop, port: u16) {
+    fn answer(control: &mut ControlLoop, port: u16, status: u32) {
         control.on_signal(SignalEvent {
             dest: key(port),
             ts_ns: 1_000_000_000,
             signal: Signal::Sample {
                 latency_ns: 1_000_000,
                 inflight: 1,
+                status,
             },
         });
+    }
+
+    fn sample(control: &mut ControlLoop, port: u16) {
+        answer(control, port, 0);
+    }
+
+    #[test]
+    fn overload_answers_are_counted_as_such_and_errors_as_errors() {
+        let mut control = control_loop();
+        for status in [429, 503, 500, 404, 200] {
+            answer(&mut control, 1, status);
+        }
+        let m = &control.managed[0];
+        assert_eq!((m.overloads, m.errors, m.timeouts), (2, 1, 0));
     }
 
     /// Each destination's slot holds its own controller, and the tick lists each awake

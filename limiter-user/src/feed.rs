@@ -77,6 +77,9 @@ pub struct LimitChange {
     pub baseline_ms: Option<f64>,
     pub errors: u32,
     pub timeouts: u32,
+    /// Overload answers (HTTP 429, 503) since the previous change.
+    #[serde(default)]
+    pub overloads: u32,
     /// The configuration changed (reload): the controller started again.
     pub reconfigured: bool,
 }
@@ -217,6 +220,7 @@ mod tests {
             baseline_ms: Some(41.0),
             errors: 0,
             timeouts: 2,
+            overloads: 0,
             reconfigured: false,
         })
     }

@@ -87,6 +87,9 @@ fn limit_line(c: &LimitChange) -> String {
         c.errors,
         c.timeouts
     );
+    if c.overloads > 0 {
+        why.push_str(&format!(", {} overload answer(s) (429, 503)", c.overloads));
+    }
     if c.reconfigured {
         why.push_str(", new configuration");
     }
@@ -143,11 +146,12 @@ mod tests {
             baseline_ms: Some(41.2),
             errors: 1,
             timeouts: 0,
+            overloads: 3,
             reconfigured: false,
         }));
         assert_eq!(
             line,
-            "00:00:00.000Z limit 10.0.0.2:8000 20 -> 14: p90 58.1 ms vs baseline 41.2 ms, 1 error(s), 0 timeout(s)"
+            "00:00:00.000Z limit 10.0.0.2:8000 20 -> 14: p90 58.1 ms vs baseline 41.2 ms, 1 error(s), 0 timeout(s), 3 overload answer(s) (429, 503)"
         );
     }
 }

@@ -8,9 +8,13 @@ use limiter_common::{DestKey, LimiterSignal, SignalKind};
 /// What the kernel observed on one connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Signal {
-    /// A request's time to its first response byte, and the destination's in-flight count
-    /// when the request started.
-    Sample { latency_ns: u64, inflight: u32 },
+    /// A request's time to its first response byte, the destination's in-flight count when
+    /// the request started, and on cleartext HTTP/1.x the answer's status code (else 0).
+    Sample {
+        latency_ns: u64,
+        inflight: u32,
+        status: u32,
+    },
     /// The SYN was answered by a RST.
     ConnectRefused,
     /// The SYN was never answered, or the client gave up connecting.
@@ -53,6 +57,7 @@ impl Signal {
             SignalKind::Sample => Signal::Sample {
                 latency_ns: raw.value_ns,
                 inflight: raw.inflight,
+                status: raw.status,
             },
             SignalKind::ConnectRefused => Signal::ConnectRefused,
             SignalKind::ConnectTimeout => Signal::ConnectTimeout,
@@ -144,13 +149,15 @@ mod tests {
             kind: kind.into(),
             value_ns,
             inflight: 3,
+            status: 429,
             ..Default::default()
         };
         assert_eq!(
             Signal::decode(&raw(SignalKind::Sample, 7)),
             Some(Signal::Sample {
                 latency_ns: 7,
-                inflight: 3
+                inflight: 3,
+                status: 429,
             })
         );
         assert_eq!(

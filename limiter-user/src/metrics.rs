@@ -59,7 +59,7 @@ struct PerDestination {
     value: fn(&Row) -> Option<f64>,
 }
 
-const PER_DESTINATION: [PerDestination; 11] = [
+const PER_DESTINATION: [PerDestination; 15] = [
     PerDestination {
         name: "limiter_limit",
         help: "Concurrent connections allowed",
@@ -125,6 +125,30 @@ const PER_DESTINATION: [PerDestination; 11] = [
         help: "Exchanges seen but not timed: TLS 1.3's first two per connection, HTTP/2 over TLS once per connection",
         counter: true,
         value: |r| Some(r.untimed as f64),
+    },
+    PerDestination {
+        name: "limiter_http_4xx",
+        help: "Cleartext HTTP/1.x answers 4xx but 429: healthy answers of a request at fault",
+        counter: true,
+        value: |r| Some(r.http_4xx as f64),
+    },
+    PerDestination {
+        name: "limiter_http_429",
+        help: "Cleartext HTTP/1.x answers 429 Too Many Requests: overload, lowers the limit",
+        counter: true,
+        value: |r| Some(r.http_429 as f64),
+    },
+    PerDestination {
+        name: "limiter_http_5xx",
+        help: "Cleartext HTTP/1.x answers 5xx but 503: errors",
+        counter: true,
+        value: |r| Some(r.http_5xx as f64),
+    },
+    PerDestination {
+        name: "limiter_http_503",
+        help: "Cleartext HTTP/1.x answers 503 Service Unavailable: overload, lowers the limit",
+        counter: true,
+        value: |r| Some(r.http_503 as f64),
     },
 ];
 
@@ -444,6 +468,10 @@ mod tests {
                 would_redirect: 2,
                 connect_failed: 0,
                 untimed: 0,
+                http_4xx: 0,
+                http_429: 0,
+                http_5xx: 0,
+                http_503: 0,
                 baseline_ms: None,
                 p90_ms: None,
             }],

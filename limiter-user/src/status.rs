@@ -120,6 +120,12 @@ pub struct Row {
     /// Exchanges the kernel saw but could not time (TLS 1.3's first two per connection;
     /// once per HTTP/2-over-TLS connection, whose exchanges cannot be told apart).
     pub untimed: u64,
+    /// Cleartext HTTP/1.x answers that were not a success, by status: 4xx (429 aside),
+    /// 429, 5xx (503 aside), 503.
+    pub http_4xx: u64,
+    pub http_429: u64,
+    pub http_5xx: u64,
+    pub http_503: u64,
     pub baseline_ms: Option<f64>,
     pub p90_ms: Option<f64>,
 }
@@ -149,6 +155,10 @@ pub fn rows(maps: &Maps) -> Result<Vec<Row>> {
                 would_redirect: state.would_redirect,
                 connect_failed: state.connect_failed,
                 untimed: state.untimed,
+                http_4xx: state.answers_4xx,
+                http_429: state.answers_429,
+                http_5xx: state.answers_5xx,
+                http_503: state.answers_503,
                 baseline_ms: policy.and_then(|p| ms(p.baseline_ns)),
                 p90_ms: policy.and_then(|p| ms(p.p90_ns)),
             }
@@ -185,7 +195,7 @@ pub fn agent_line(agent: &AgentState) -> String {
 pub fn print_table(out: &mut impl Write, report: &Report) -> Result<()> {
     let (rows, globals) = (&report.destinations, &report.globals);
     writeln!(out, "{}\n", agent_line(&report.agent))?;
-    const HEADERS: [&str; 13] = [
+    const HEADERS: [&str; 14] = [
         "ADDRESS",
         "PORT",
         "MODE",
@@ -197,11 +207,12 @@ pub fn print_table(out: &mut impl Write, report: &Report) -> Result<()> {
         "REDIRECTED",
         "CONNECT_FAILED",
         "UNTIMED",
+        "HTTP_4XX/429/5XX/503",
         "BASELINE_MS",
         "P90_MS",
     ];
     let ms = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
-    let cells: Vec<[String; 13]> = rows
+    let cells: Vec<[String; 14]> = rows
         .iter()
         .map(|r| {
             [
@@ -216,6 +227,10 @@ pub fn print_table(out: &mut impl Write, report: &Report) -> Result<()> {
                 r.redirected.to_string(),
                 r.connect_failed.to_string(),
                 r.untimed.to_string(),
+                format!(
+                    "{}/{}/{}/{}",
+                    r.http_4xx, r.http_429, r.http_5xx, r.http_503
+                ),
                 ms(r.baseline_ms),
                 ms(r.p90_ms),
             ]

@@ -81,6 +81,10 @@ mod tests {
             would_redirect: 0,
             connect_failed: 0,
             untimed: 0,
+            http_4xx: 0,
+            http_429: 0,
+            http_5xx: 0,
+            http_503: 0,
             baseline_ms: None,
             p90_ms: None,
         }

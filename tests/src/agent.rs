@@ -95,6 +95,7 @@ impl Agent {
                     .unwrap(),
                 value_ns: v["value_ns"].as_u64().unwrap_or_default(),
                 inflight: v["inflight"].as_u64().unwrap_or_default(),
+                status: v["status"].as_u64().unwrap_or_default(),
             })
             .collect()
     }
@@ -160,6 +161,8 @@ pub struct LoggedSignal {
     pub destination: SocketAddr,
     pub value_ns: u64,
     pub inflight: u64,
+    /// A sample's HTTP status code (cleartext HTTP/1.x), else 0.
+    pub status: u64,
 }
 
 /// What the kernel guarantees about a sample: it starts at the request's first byte leaving

@@ -117,6 +117,10 @@ fn status_json_and_the_bpftool_dump_agree_and_pins_are_root_only() {
             "redirected",
             "connect_failed",
             "untimed",
+            "http_4xx",
+            "http_429",
+            "http_5xx",
+            "http_503",
             "baseline_ms",
             "p90_ms"
         ]

@@ -167,52 +167,6 @@ fn http2_over_tls_is_not_timed() {
     assert_eq!(field(&cg, server.addr, "untimed"), 2, "one per connection");
 }
 
-/// nginx serving cleartext HTTP/2 (prior knowledge) in front of a slow upstream.
-struct H2cProxy {
-    addr: SocketAddr,
-    dir: std::path::PathBuf,
-    nginx: std::process::Child,
-}
-
-impl H2cProxy {
-    fn start(upstream: SocketAddr) -> Self {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let dir = std::env::temp_dir().join(format!("limiter-h2c-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let d = dir.display();
-        let config = format!(
-            "daemon off; master_process off; worker_processes 1; pid {d}/nginx.pid;
-             error_log {d}/error.log; events {{ worker_connections 64; }}
-             http {{ access_log off; client_body_temp_path {d}; proxy_temp_path {d};
-               server {{ listen 127.0.0.1:{port} http2;
-                 location / {{ proxy_pass http://{upstream}; }} }} }}"
-        );
-        std::fs::write(dir.join("nginx.conf"), config).unwrap();
-        let nginx = std::process::Command::new("nginx")
-            .arg("-c")
-            .arg(dir.join("nginx.conf"))
-            .arg("-p")
-            .arg(&dir)
-            .spawn()
-            .expect("nginx is not installed (apt-get install nginx)");
-        let addr = SocketAddr::from(([127, 0, 0, 1], port));
-        wait_until("nginx to listen", || TcpStream::connect(addr).is_ok());
-        H2cProxy { addr, dir, nginx }
-    }
-}
-
-impl Drop for H2cProxy {
-    fn drop(&mut self) {
-        let _ = self.nginx.kill();
-        let _ = self.nginx.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 /// Cleartext HTTP/2's frames are read: a request is a HEADERS frame, its answer the first
 /// HEADERS or DATA frame on its stream, and SETTINGS, PING and WINDOW_UPDATE, which either
 /// side sends unprompted, are neither. Of requests whose streams overlap, the first is timed
@@ -222,8 +176,15 @@ fn cleartext_http2_is_timed_per_stream() {
     let cg = TestCgroup::new("h2c");
     let agent = start(&cg);
     let upstream = SlowHttp::start(FIRST_BYTE_MS);
-    let proxy = H2cProxy::start(upstream.addr);
-    let url = format!("http://{}/", proxy.addr);
+    // Cleartext HTTP/2 with prior knowledge.
+    let proxy = Nginx::start(
+        "",
+        &format!(
+            "listen {{addr}} http2; location / {{ proxy_pass http://{}; }}",
+            upstream.addr
+        ),
+    );
+    let url = proxy.url("/");
     let one = curl_ttfb(
         &cg,
         &["--http2-prior-knowledge"],

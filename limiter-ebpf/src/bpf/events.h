@@ -66,7 +66,7 @@ static __always_inline void emit_decision(__u32 kind, const struct dest_key *key
 
 /* A signal stamped `now_ns`: for callers that read the clock for its value anyway. */
 static __always_inline void emit_signal_at(const struct sock_state *ss, __u32 kind, __u64 now_ns,
-					   __u64 value_ns, __u32 inflight)
+					   __u64 value_ns, __u32 inflight, __u32 status)
 {
 	struct limiter_signal *sig = bpf_ringbuf_reserve(&signals, sizeof(*sig), 0);
 
@@ -79,14 +79,14 @@ static __always_inline void emit_signal_at(const struct sock_state *ss, __u32 ki
 	sig->dest = ss->dest;
 	sig->kind = kind;
 	sig->inflight = inflight;
-	sig->_pad = 0;
+	sig->status = status;
 	ringbuf_submit_batched(&signals, sig, sizeof(*sig), signals_wakeup_bytes);
 }
 
 static __always_inline void emit_signal(const struct sock_state *ss, __u32 kind, __u64 value_ns,
 					__u32 inflight)
 {
-	emit_signal_at(ss, kind, bpf_ktime_get_ns(), value_ns, inflight);
+	emit_signal_at(ss, kind, bpf_ktime_get_ns(), value_ns, inflight, 0);
 }
 
 #endif /* LIMITER_EVENTS_H */

@@ -17,6 +17,7 @@
  *            request is outstanding, requests on other streams are not timed.
  *   opaque   TLS whose client offers HTTP/2 (ALPN h2): once encrypted, HTTP/2's control
  *            frames cannot be told from requests and answers, so nothing is timed.
+ *   HTTP/1   cleartext, as plain; an answer's status line gives its status code.
  *
  * The protocol is read from the client's first CLASSIFIED_SEGMENTS payload segments, so
  * that a TLS handshake after a cleartext preamble (PostgreSQL's SSLRequest, STARTTLS) is
@@ -92,6 +93,27 @@ static __always_inline int is_pg_encryption_request(const __u8 *b)
 {
 	return b[0] == 0 && b[1] == 0 && b[2] == 0 && b[3] == 8 && b[4] == 0x04 && b[5] == 0xd2 &&
 	       b[6] == 0x16 && (b[7] == 0x2f || b[7] == 0x30);
+}
+
+/* An HTTP/1.x request line's method, by its first four bytes. */
+static __always_inline int is_http1_request(const __u8 *b)
+{
+	__u32 m = (__u32)b[0] << 24 | (__u32)b[1] << 16 | (__u32)b[2] << 8 | b[3];
+
+	switch (m) {
+	case 0x47455420: /* "GET " */
+	case 0x504f5354: /* "POST" */
+	case 0x50555420: /* "PUT " */
+	case 0x48454144: /* "HEAD" */
+	case 0x44454c45: /* "DELE" */
+	case 0x50415443: /* "PATC" */
+	case 0x4f505449: /* "OPTI" */
+	case 0x434f4e4e: /* "CONN" */
+	case 0x54524143: /* "TRAC" */
+		return 1;
+	default:
+		return 0;
+	}
 }
 
 /* "PRI * HT": the HTTP/2 connection preface, sent first by a client with prior knowledge. */
@@ -177,7 +199,22 @@ static __always_inline int classify(struct __sk_buff *skb, struct sock_state *ss
 		ss->proto = LIMITER_PROTO_H2C;
 		return 0;
 	}
+	if (is_http1_request(b))
+		ss->proto = LIMITER_PROTO_HTTP1;
 	return is_pg_encryption_request(b);
+}
+
+/* "HTTP/1.x NNN": the status code of an answer's status line, 0 if it starts otherwise. */
+static __always_inline __u32 http_status(struct __sk_buff *skb, const struct payload *p)
+{
+	__u8 b[12];
+
+	if (load(skb, p, 0, b, sizeof(b)) || b[0] != 'H' || b[1] != 'T' || b[2] != 'T' ||
+	    b[3] != 'P' || b[4] != '/' || b[5] != '1' || b[6] != '.' || b[8] != ' ')
+		return 0;
+	if (b[9] < '1' || b[9] > '5' || b[10] < '0' || b[10] > '9' || b[11] < '0' || b[11] > '9')
+		return 0;
+	return (b[9] - '0') * 100 + (b[10] - '0') * 10 + (b[11] - '0');
 }
 
 /* A TLS client flight: the first record that is not a change_cipher_spec tells it. */

@@ -88,6 +88,24 @@ static __always_inline void untimed(const struct sock_state *ss)
 	emit_signal(ss, LIMITER_SIGNAL_UNTIMED, 0, 0);
 }
 
+/* An answer that is not a success, counted on the destination by class for `status`: the
+ * lookup is paid by these only. */
+static __always_inline void count_status(const struct sock_state *ss, __u32 status)
+{
+	struct dest_state *st = bpf_map_lookup_elem(&dests, &ss->dest);
+
+	if (!st)
+		return;
+	if (status == 429)
+		__sync_fetch_and_add(&st->answers_429, 1);
+	else if (status == 503)
+		__sync_fetch_and_add(&st->answers_503, 1);
+	else if (status >= 500)
+		__sync_fetch_and_add(&st->answers_5xx, 1);
+	else
+		__sync_fetch_and_add(&st->answers_4xx, 1);
+}
+
 /*
  * A segment with payload. The first flight sent while not awaiting a response that the
  * protocol calls a request starts one, at `sent_ns`, the segment's skb->tstamp. TCP stamps
@@ -109,7 +127,10 @@ static __always_inline void on_egress(struct __sk_buff *skb, struct sock_state *
 		return;
 	ss->next_seq = end;
 	ss->flags |= LIMITER_SOCK_SEQ_VALID;
-	if (ss->segments < CLASSIFIED_SEGMENTS && ss->proto == LIMITER_PROTO_PLAIN &&
+	/* Cleartext HTTP/1 is read on too: a CONNECT or an Upgrade may turn it into another
+	 * protocol. */
+	if (ss->segments < CLASSIFIED_SEGMENTS &&
+	    (ss->proto == LIMITER_PROTO_PLAIN || ss->proto == LIMITER_PROTO_HTTP1) &&
 	    classify(skb, ss, &p)) {
 		if (ss->proto == LIMITER_PROTO_OPAQUE)
 			untimed(ss);
@@ -143,7 +164,7 @@ static __always_inline void end_request(struct sock_state *ss, __u32 kind)
 	__u64 now = bpf_ktime_get_ns();
 
 	ss->phase = LIMITER_PHASE_IDLE;
-	emit_signal_at(ss, kind, now, request_wait(ss, now), 0);
+	emit_signal_at(ss, kind, now, request_wait(ss, now), 0, 0);
 }
 
 /* The connect's outcome, once, if it never completed: refused or timed out (`kind`). */
@@ -189,7 +210,7 @@ static __always_inline void handshake_done(struct sock_state *ss)
 
 	ss->established = 1;
 	emit_signal_at(ss, LIMITER_SIGNAL_HANDSHAKE, now, now - ss->connect_ns,
-		       ss->request_inflight);
+		       ss->request_inflight, 0);
 }
 
 /* A segment with payload from the server. The socket's state and the ring only, no
@@ -199,6 +220,7 @@ static __always_inline void on_ingress(struct __sk_buff *skb, struct sock_state 
 				       const struct tcp_segment *seg)
 {
 	struct payload p = { .off = seg->payload_off, .len = seg->payload };
+	__u32 status;
 	__u64 now;
 
 	if (ss->phase != LIMITER_PHASE_AWAITING || !answers(skb, ss, &p))
@@ -208,9 +230,13 @@ static __always_inline void on_ingress(struct __sk_buff *skb, struct sock_state 
 		untimed(ss);
 		return;
 	}
+	status = ss->proto == LIMITER_PROTO_HTTP1 ? http_status(skb, &p) : 0;
+	if (status >= 400)
+		count_status(ss, status);
 	/* One clock read: the sample's timestamp is also where its latency ends. */
 	now = bpf_ktime_get_ns();
-	emit_signal_at(ss, LIMITER_SIGNAL_SAMPLE, now, request_wait(ss, now), ss->request_inflight);
+	emit_signal_at(ss, LIMITER_SIGNAL_SAMPLE, now, request_wait(ss, now), ss->request_inflight,
+		       status);
 }
 
 #endif /* LIMITER_SIGNAL_H */
