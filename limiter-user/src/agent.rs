@@ -63,6 +63,7 @@ fn settings(config: &Config, plan: &ResolvedConfig) -> Settings {
         max_destinations: config.max_destinations,
         policies: plan.static_policies(),
         peers: plan.static_peers(),
+        pinned: plan.destinations.keys().copied().collect(),
         signal_buffer_bytes: config.signal_buffer_kib * 1024,
     }
 }

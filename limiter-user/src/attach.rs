@@ -1,6 +1,6 @@
 //! Loading the programs, attaching them to the cgroup, and taking them away again.
 
-use std::{collections::HashSet, time::Duration};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use aya::{
@@ -11,14 +11,12 @@ use aya::{
     },
     Ebpf, EbpfLoader,
 };
-use limiter_common::{
-    maps, DestKey, DestPeers, DestPolicy, LimiterConfig, SockState, ABI_VERSION, EVENTS_BYTES,
-};
+use limiter_common::{maps, DestKey, DestPeers, DestPolicy, SockState, EVENTS_BYTES};
 use tracing::{info, warn};
 
 use crate::{
-    adopt, cgroup::Cgroup, clock::monotonic_ns, config::Mode, maps::Maps, pins::PinDir,
-    preflight::Kernel,
+    adopt, cgroup::Cgroup, clock::monotonic_ns, config::Mode, configure::configure, maps::Maps,
+    pins::PinDir, preflight::Kernel,
 };
 
 /// Pending ring-buffer bytes at which the kernel wakes the agent (once per crossing):
@@ -44,6 +42,9 @@ pub struct Settings {
     pub policies: Vec<(DestKey, DestPolicy)>,
     /// Fall-forward candidates of group members, also in place before any connect.
     pub peers: Vec<(DestKey, DestPeers)>,
+    /// The keys configured destinations are counted under: their table entries are made
+    /// before any connect and never forgotten, beyond `max_destinations`.
+    pub pinned: Vec<DestKey>,
     pub signal_buffer_bytes: u32,
 }
 
@@ -236,47 +237,6 @@ impl Attachment {
     }
 }
 
-/// The one way configuration reaches the kernel, on attach, take-over, reload and
-/// re-attach: global settings and a fresh heartbeat, the policies the configuration fixes,
-/// and the fall-forward peers. A destination the kernel already tracks keeps the limit its
-/// controller published; configured policies the settings no longer have are removed.
-fn configure(maps: &mut Maps, settings: &Settings) -> Result<()> {
-    maps.set_config(&LimiterConfig {
-        abi_version: ABI_VERSION,
-        default_mode: settings.default_mode.abi(),
-        initial_limit: settings.unseen_limit,
-        heartbeat_ns: monotonic_ns(),
-        heartbeat_timeout_ns: settings.heartbeat_timeout.as_nanos() as u64,
-        ..LimiterConfig::default()
-    })?;
-    let live: HashSet<DestKey> = maps.dests.keys().filter_map(|k| k.ok()).collect();
-    let configured: HashSet<DestKey> = settings.policies.iter().map(|(k, _)| *k).collect();
-    let stale: Vec<DestKey> = maps
-        .policies
-        .keys()
-        .filter_map(|k| k.ok())
-        .filter(|k| !configured.contains(k) && !live.contains(k))
-        .collect();
-    for key in stale {
-        maps.remove_policy(&key)?;
-    }
-    for (key, policy) in &settings.policies {
-        let mut policy = *policy;
-        if let Some(published) = live
-            .contains(key)
-            .then(|| maps.policies.get(key, 0).ok())
-            .flatten()
-        {
-            // What the controller learned stays; mode and grouping are the configuration's.
-            policy.limit = published.limit;
-            policy.baseline_ns = published.baseline_ns;
-            policy.p90_ns = published.p90_ns;
-        }
-        maps.policies.insert(key, policy, 0)?;
-    }
-    maps.set_peers(&settings.peers)
-}
-
 /// Taking over keeps the previous agent's maps, and with them their sizes.
 fn warn_of_kept_sizes(pins: &PinDir, settings: &Settings) {
     let size = |name: &str| {
@@ -285,11 +245,11 @@ fn warn_of_kept_sizes(pins: &PinDir, settings: &Settings) {
             .map(|i| i.max_entries())
     };
     let (dests, signals) = (size(maps::DESTS), size(maps::SIGNALS));
-    if dests != Some(settings.max_destinations) || signals != Some(settings.signal_buffer_bytes) {
+    if dests != Some(dests_capacity(settings)) || signals != Some(settings.signal_buffer_bytes) {
         warn!(
-            max_destinations = dests,
+            destinations = dests,
             signal_buffer_bytes = signals,
-            "taking over keeps the previous agent's table sizes: to change max_destinations or signal_buffer_kib, stop the agent without --keep-attached and start it again"
+            "taking over keeps the previous agent's table sizes: to change max_destinations, the number of configured destinations or signal_buffer_kib, stop the agent without --keep-attached and start it again"
         );
     }
 }
@@ -302,7 +262,7 @@ fn load_and_attach(
 ) -> Result<(Ebpf, Links, Maps, Rings)> {
     let mut ebpf = EbpfLoader::new()
         .default_map_pin_directory(pins.path())
-        .map_max_entries(maps::DESTS, settings.max_destinations)
+        .map_max_entries(maps::DESTS, dests_capacity(settings))
         .map_max_entries(maps::POLICIES, policies_capacity(settings))
         .map_max_entries(maps::SIGNALS, settings.signal_buffer_bytes)
         .override_global("have_set_retval", &u8::from(kernel.has_set_retval), true)
@@ -323,7 +283,7 @@ fn load_and_attach(
             true,
         )
         .load(limiter_ebpf::OBJECT)
-        .context("cannot load the eBPF object")?;
+        .map_err(|e| explain_load_failure(e, settings))?;
     let mut maps = Maps::from_ebpf(&mut ebpf)?;
     configure(&mut maps, settings)?;
     let mut ring = |name: &str| -> Result<RingBuf<MapData>> {
@@ -362,11 +322,34 @@ fn load_and_attach(
     Ok((ebpf, links, maps, rings))
 }
 
+/// A table the kernel cannot make is the size asked for, which the user can change.
+fn explain_load_failure(e: aya::EbpfError, settings: &Settings) -> anyhow::Error {
+    use aya::{maps::MapError, EbpfError};
+    match &e {
+        EbpfError::MapError(MapError::CreateError { name, io_error })
+            if matches!(io_error.raw_os_error(), Some(libc::E2BIG | libc::ENOMEM)) =>
+        {
+            anyhow::anyhow!(
+                "cannot load the eBPF object: the kernel cannot make its `{name}` table ({io_error}) for max_destinations {} and signal_buffer_kib {}: lower them",
+                settings.max_destinations,
+                settings.signal_buffer_bytes / 1024
+            )
+        }
+        _ => anyhow::Error::new(e).context("cannot load the eBPF object"),
+    }
+}
+
+/// Room for the destinations the kernel learns, plus the configured ones, whose entries
+/// are made first: a flood of new destinations fills the former only.
+fn dests_capacity(settings: &Settings) -> u32 {
+    let pinned = u32::try_from(settings.pinned.len()).unwrap_or(u32::MAX);
+    settings.max_destinations.saturating_add(pinned)
+}
+
 /// Room for a policy per tracked destination plus every configured address.
 fn policies_capacity(settings: &Settings) -> u32 {
     let configured = u32::try_from(settings.policies.len()).unwrap_or(u32::MAX);
-    settings
-        .max_destinations
+    dests_capacity(settings)
         .saturating_add(configured)
         .saturating_add(CONFIGURED_HEADROOM)
 }

@@ -11,6 +11,7 @@ mod cgroup;
 mod cli;
 mod clock;
 mod config;
+mod configure;
 mod control;
 mod decision_log;
 #[cfg(test)]

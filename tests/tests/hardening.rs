@@ -39,7 +39,7 @@ fn a_flood_of_destinations_neither_stops_the_agent_nor_frees_a_live_limit() {
     );
     let (held, lines) = Probe::hold(&cg, up.addr, 10);
     assert_eq!(tally(&lines), (10, 0, 0));
-    spray(&cg, 3000);
+    spray(&cg, 100);
     let (more, lines) = Probe::hold(&cg, up.addr, 10);
     assert_eq!(
         tally(&lines),
@@ -54,10 +54,97 @@ fn a_flood_of_destinations_neither_stops_the_agent_nor_frees_a_live_limit() {
     held.release();
 }
 
+/// A configuration naming `dest` as a destination of its own with a fixed limit of 2.
+fn configured(dest: std::net::SocketAddr) -> String {
+    format!(
+        "[[destination]]\nname = \"configured\"\naddresses = [\"{dest}\"]\nalgorithm = \"fixed\"\nlimit = 2\n"
+    )
+}
+
 #[kernel_test]
-fn idle_destinations_are_forgotten_and_ones_holding_slots_are_not() {
+fn a_full_table_leaves_configured_destinations_limited_and_refuses_a_reload_whole() {
+    let cg = TestCgroup::new("floodconf");
+    let up = Upstream::start("127.0.0.1:0", Behaviour::Hold);
+    let config = TempFile::new(
+        "floodconf.toml",
+        &format!("max_destinations = 64\n{}", configured(up.addr)),
+    );
+    let agent = Agent::start(&cg, &["--config", &config.0.to_string_lossy()]);
+    spray(&cg, 100);
+    assert!(global(&cg, "table_full") > 0, "the flood filled the table");
+    // Never connected to before the flood, yet limited.
+    let (held, lines) = Probe::hold(&cg, up.addr, 10);
+    assert_eq!(tally(&lines), (2, 8, 0));
+    // A reload naming a destination the full table has no room for changes nothing.
+    let late = Upstream::start("127.0.0.1:0", Behaviour::Hold);
+    let reload = format!(
+        "mode = \"shadow\"\nmax_destinations = 64\n{}{}",
+        configured(up.addr),
+        configured(late.addr).replace("\"configured\"", "\"late\"")
+    );
+    std::fs::write(&config.0, reload).unwrap();
+    agent.signal(libc::SIGHUP);
+    wait_until("the reload to be applied or refused", || {
+        agent.logged(&["reload failed"]) || agent.logged(&["configuration reloaded"])
+    });
+    let (more, lines) = Probe::hold(&cg, up.addr, 1);
+    assert_eq!(tally(&lines), (0, 1, 0), "still prod");
+    assert_eq!(map_entry(&cg, "policies", late.addr), None);
+    assert!(agent.logged(&["reload failed", "destination table is full"]));
+    more.release();
+    held.release();
+}
+
+#[kernel_test]
+fn a_reload_that_does_not_fit_changes_nothing_in_the_kernel() {
+    let cg = TestCgroup::new("reloadfit");
+    let up = Upstream::start("127.0.0.1:0", Behaviour::Hold);
+    let config = TempFile::new("reloadfit.toml", "max_destinations = 64\n");
+    let agent = Agent::start(
+        &cg,
+        &[
+            "--config",
+            &config.0.to_string_lossy(),
+            "--algorithm",
+            "fixed",
+            "--limit",
+            "3",
+        ],
+    );
+    let (held, lines) = Probe::hold(&cg, up.addr, 3);
+    assert_eq!(tally(&lines), (3, 0, 0));
+    // A switch to shadow, with more excludes than the policy table holds.
+    let excluded = (0..6000).map(|n| format!("\"127.2.{}.{}:80\"", n / 250, n % 250 + 1));
+    let reload = format!(
+        "mode = \"shadow\"\nmax_destinations = 64\n[[exclude]]\naddresses = [{}]\n",
+        excluded.collect::<Vec<_>>().join(", ")
+    );
+    std::fs::write(&config.0, reload).unwrap();
+    agent.signal(libc::SIGHUP);
+    wait_until("the reload to be refused", || {
+        agent.logged(&["reload failed"])
+    });
+    let (more, lines) = Probe::hold(&cg, up.addr, 3);
+    assert_eq!(tally(&lines), (0, 3, 0), "still prod");
+    let first = "127.2.0.1:80".parse().unwrap();
+    assert_eq!(
+        map_entry(&cg, "policies", first),
+        None,
+        "no exclusion written"
+    );
+    assert!(agent.logged(&["reload failed", "policy table"]));
+    more.release();
+    held.release();
+}
+
+#[kernel_test]
+fn idle_destinations_are_forgotten_and_ones_holding_slots_or_configured_are_not() {
     let cg = TestCgroup::new("forget");
-    let config = TempFile::new("forget.toml", "forget_idle_secs = 1\n");
+    let kept = closed_port();
+    let config = TempFile::new(
+        "forget.toml",
+        &format!("forget_idle_secs = 1\n{}", configured(kept)),
+    );
     let _agent = Agent::start(
         &cg,
         &[
@@ -72,7 +159,9 @@ fn idle_destinations_are_forgotten_and_ones_holding_slots_are_not() {
     let held = Upstream::start("127.0.0.1:0", Behaviour::Hold);
     let (probe, lines) = Probe::hold(&cg, held.addr, 3);
     assert_eq!(tally(&lines), (3, 0, 0));
-    // Touched after the held one, so idle for less time than it.
+    let (_, lines) = Probe::hold(&cg, kept, 1);
+    assert_eq!(tally(&lines), (0, 1, 0));
+    // Touched after the held and the configured one, so idle for less time than them.
     let refused = closed_port();
     let (_, lines) = Probe::hold(&cg, refused, 1);
     assert_eq!(tally(&lines), (0, 1, 0));
@@ -84,6 +173,7 @@ fn idle_destinations_are_forgotten_and_ones_holding_slots_are_not() {
         3,
         "still known, still full"
     );
+    assert!(row(&cg, kept).is_some(), "configured: never forgotten");
     let (_, lines) = Probe::hold(&cg, held.addr, 1);
     assert_eq!(tally(&lines), (0, 1, 0));
     probe.release();

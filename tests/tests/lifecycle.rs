@@ -205,15 +205,18 @@ fn bad_input_gets_one_clear_line_and_leaves_nothing_behind() {
 fn a_failed_load_leaves_nothing_half_attached() {
     let cg = TestCgroup::new("failedload");
     // A destination table too large to allocate: the kernel refuses it after the pin
-    // directory exists.
+    // directory exists, and the one line says what to lower.
     let mut cmd = Command::new(agent_bin());
     cmd.args([
         "--cgroup",
         &cg.path().to_string_lossy(),
         "--max-destinations",
-        "4000000000",
+        "4294967295",
     ]);
-    assert_refused(&mut cmd, "cannot load the eBPF object");
+    assert_refused(
+        &mut cmd,
+        "cannot make its `dests` table (Argument list too long (os error 7)) for max_destinations 4294967295 and signal_buffer_kib 1024: lower them",
+    );
     assert!(!cg.pin_dir().exists(), "the failed agent removed its pins");
     assert_no_programs(&cg);
 }
