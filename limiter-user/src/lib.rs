@@ -3,6 +3,7 @@
 //! The binary is `src/main.rs`; the library lets the integration tests build the very same
 //! agent into their own binary.
 
+mod accept;
 mod adopt;
 mod agent;
 mod attach;
