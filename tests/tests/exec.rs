@@ -213,6 +213,35 @@ fn signals_reach_cmd_and_a_killed_cmd_gives_128_plus_the_signal() {
     assert_nothing_left(&parent);
 }
 
+/// The processes in the transient cgroup of `parent`.
+fn processes_below(parent: &TestCgroup) -> usize {
+    transient(parent)
+        .iter()
+        .filter_map(|cg| std::fs::read_to_string(cg.join("cgroup.procs")).ok())
+        .map(|procs| procs.lines().count())
+        .sum()
+}
+
+#[kernel_test]
+fn signals_reach_everything_in_the_cgroup_and_exec_ends_once_it_is_empty() {
+    let parent = TestCgroup::new("execgroup");
+    for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+        // sleep is not the shell's last command, so the shell waits for it instead of
+        // becoming it: two processes, only one of them exec's child.
+        let mut run = Running::start(exec(
+            &parent,
+            &[],
+            &["sh", "-c", "echo ready; sleep 1000; echo after"],
+        ));
+        assert_eq!(run.line(), "ready");
+        wait_until("the shell and its sleep", || processes_below(&parent) == 2);
+        run.signal(sig);
+        wait_until("exec to end", || run.child.try_wait().unwrap().is_some());
+        assert_eq!(run.wait().code(), Some(128 + sig), "signal {sig}");
+        assert_nothing_left(&parent);
+    }
+}
+
 #[kernel_test]
 fn it_waits_for_everything_cmd_started() {
     let parent = TestCgroup::new("execorphan");
