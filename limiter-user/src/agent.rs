@@ -28,7 +28,7 @@ use crate::{
     failures::Failures,
     feed::{self, Feed},
     latency_ring::{LatencyRing, Signal, SignalEvent},
-    lock::AgentLock,
+    lock::{self, AgentLock},
     metrics::{self, Metrics, Snapshot},
     pins::{self, PinDir},
     preflight::{self, Kernel},
@@ -85,7 +85,12 @@ pub fn run(
         Some(dir) => dir,
         None => PinDir::for_cgroup(&cgroup)?,
     };
-    let _lock = AgentLock::acquire(&pins.lock_name())?;
+    let _cgroup_lock = AgentLock::acquire(&cgroup.lock_name(), "manages this cgroup")?;
+    let mut pins_lock = AgentLock::acquire(
+        &pins.lock_name(),
+        &format!("uses the pin directory {}", pins.path().display()),
+    )?;
+    lock::remove_stale();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -111,7 +116,9 @@ pub fn run(
             Attachment::attach(&cgroup, pins, &settings, &kernel)?
         };
         let feed = Feed::default();
-        let _feed_socket = feed::serve(feed::socket_path(attachment.pins()), feed.clone())?;
+        let feed_path = feed::socket_path(attachment.pins());
+        let _feed_socket = feed::serve(feed_path.clone(), feed.clone())?;
+        pins_lock.also_owns(&feed_path)?;
         info!(
             took_over,
             cgroup = %cgroup.path().display(),

@@ -96,6 +96,12 @@ impl Cgroup {
         escape_path(&rel.to_string_lossy())
     }
 
+    /// The name of the lock that keeps a second agent off this cgroup. Escaped names hold
+    /// no dot, so it is no pin directory's lock name.
+    pub fn lock_name(&self) -> String {
+        format!("{}.cgroup", self.escaped_name())
+    }
+
     /// The directory's inode, which changes when the cgroup is removed and created again;
     /// None while it does not exist.
     pub fn inode(&self) -> Option<u64> {

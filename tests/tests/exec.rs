@@ -56,11 +56,28 @@ fn pins_below(parent: &TestCgroup) -> Vec<PathBuf> {
         .unwrap_or_default()
 }
 
+/// What /run/limiter holds for the transient cgroups of `parent`: files named after the
+/// cgroup (escaped once) or after its pin directory (escaped twice).
+fn run_files_below(parent: &TestCgroup) -> Vec<PathBuf> {
+    let name = parent.path().file_name().unwrap().to_string_lossy();
+    let names = [name.replace('-', "\\x2d"), name.replace('-', "\\x5cx2d")];
+    std::fs::read_dir("/run/limiter")
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| names.iter().any(|n| p.to_string_lossy().contains(n)))
+        .collect()
+}
+
 fn assert_nothing_left(parent: &TestCgroup) {
     assert_eq!(
         transient(parent),
         Vec::<PathBuf>::new(),
         "the cgroup is removed"
+    );
+    assert_eq!(
+        run_files_below(parent),
+        Vec::<PathBuf>::new(),
+        "no lock or socket is left"
     );
     assert_eq!(
         pins_below(parent),

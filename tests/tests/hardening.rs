@@ -292,7 +292,7 @@ fn only_the_agents_own_pins_are_removed_and_only_by_their_owner() {
         "--pin-dir",
         &pins_arg,
     ]);
-    assert_refused(&mut other, "already manages");
+    assert_refused(&mut other, "already uses the pin directory");
     let mut detach = Command::new(agent_bin());
     detach.args(["detach", "--pin-dir", &pins_arg]);
     assert_refused(&mut detach, "stop it with SIGTERM");
@@ -308,6 +308,70 @@ fn only_the_agents_own_pins_are_removed_and_only_by_their_owner() {
     assert!(!pins.join("dests").exists(), "its own pins are gone");
     std::fs::remove_dir(pins.join("foreign")).unwrap();
     std::fs::remove_dir(&pins).unwrap();
+}
+
+#[kernel_test]
+fn a_second_agent_is_refused_whatever_its_pin_directory() {
+    let cg = TestCgroup::new("secondagent");
+    let first = Agent::start(&cg, &[]);
+    let pins = PathBuf::from(format!(
+        "/sys/fs/bpf/limiter-test-second-{}",
+        std::process::id()
+    ));
+    let mut second = Command::new(agent_bin());
+    second
+        .args(["--cgroup", &cg.path().to_string_lossy(), "--pin-dir"])
+        .arg(&pins);
+    assert_refused(&mut second, "already manages this cgroup");
+    assert!(!pins.exists(), "the second agent pinned nothing");
+    let mut detach = Command::new(agent_bin());
+    detach.args(["detach", "--cgroup", &cg.path().to_string_lossy()]);
+    assert_refused(&mut detach, "stop it with SIGTERM");
+    assert!(first.stop().success());
+    assert_no_programs(&cg);
+}
+
+/// The files in /run/limiter of the agent `pid`: its locks (whose first line is its pid)
+/// and the files they list (its event socket).
+fn run_files_of(pid: i32) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for lock in std::fs::read_dir("/run/limiter").unwrap() {
+        let lock = lock.unwrap().path();
+        let text = std::fs::read_to_string(&lock).unwrap_or_default();
+        let mut lines = text.lines();
+        if lines.next() == Some(&pid.to_string()) {
+            files.push(lock.clone());
+            files.extend(lines.map(PathBuf::from));
+        }
+    }
+    files
+}
+
+#[kernel_test]
+fn what_a_killed_agent_leaves_in_run_is_removed_by_the_next_one() {
+    let killed = TestCgroup::new("runkilled");
+    let agent = Agent::start(&killed, &[]);
+    let left = run_files_of(agent.pid());
+    assert_eq!(left.len(), 3, "two locks and an event socket: {left:?}");
+    assert!(left
+        .iter()
+        .any(|f| f.extension().is_some_and(|e| e == "events")));
+    agent.kill();
+    assert!(
+        left.iter().all(|f| f.exists()),
+        "a killed agent cleans nothing"
+    );
+    let next = TestCgroup::new("runnext");
+    let agent = Agent::start(&next, &[]);
+    let pid = agent.pid();
+    for file in &left {
+        assert!(!file.exists(), "{} was left", file.display());
+    }
+    let own = run_files_of(pid);
+    assert!(agent.stop().success());
+    for file in &own {
+        assert!(!file.exists(), "{} was left", file.display());
+    }
 }
 
 #[kernel_test]
