@@ -15,7 +15,7 @@ use tokio::{
     sync::mpsc,
     time::{interval, Interval, MissedTickBehavior},
 };
-use tracing::{debug, error, info};
+use tracing::{debug, error, info, warn};
 
 use crate::{
     attach::{Attachment, Rings, Settings},
@@ -264,6 +264,10 @@ impl Agent {
                 _ = sync.tick() => {
                     if let Some(rings) = self.follow_cgroup() {
                         (decisions, latency) = watch_rings(rings, &self.feed)?;
+                    }
+                    let restored = self.attachment.restore_pins();
+                    if self.failures.check("pinning the maps again", restored) == Some(true) {
+                        warn!(pins = %self.attachment.pins().path().display(), "the pin directory was removed: the maps are pinned again");
                     }
                     self.control.sync(monotonic_ns(), &mut self.attachment.maps);
                     let published = self.publish_metrics();

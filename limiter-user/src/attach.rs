@@ -86,6 +86,8 @@ pub struct Attachment {
     links: Links,
     pub maps: Maps,
     pins: PinDir,
+    /// Every map by its pin name, to pin it again should its pin be removed.
+    pinned: Vec<(&'static str, MapData)>,
     on_drop: OnDrop,
 }
 
@@ -113,18 +115,19 @@ impl Attachment {
         pins.remove()?;
         pins.create()?;
         load_and_attach(cgroup, &pins, settings, kernel)
-            .inspect_err(|_| {
-                let _ = pins.remove();
-            })
-            .map(|(ebpf, links, maps, rings)| {
+            .and_then(|(ebpf, links, maps, rings)| {
                 let attachment = Attachment {
                     _ebpf: Some(ebpf),
                     links,
                     maps,
-                    pins,
+                    pinned: open_pinned(&pins)?,
+                    pins: pins.clone(),
                     on_drop: OnDrop::Detach,
                 };
-                (attachment, rings)
+                Ok((attachment, rings))
+            })
+            .inspect_err(|_| {
+                let _ = pins.remove();
             })
     }
 
@@ -161,6 +164,7 @@ impl Attachment {
             _ebpf: None,
             links,
             maps,
+            pinned: open_pinned(&pins)?,
             pins,
             on_drop: OnDrop::Detach,
         };
@@ -204,6 +208,38 @@ impl Attachment {
     pub fn pins(&self) -> &PinDir {
         &self.pins
     }
+
+    /// Pins again the maps whose pins are gone (someone removed the pin directory), so
+    /// that `status`, `detach` and the next agent still find these programs. True when it
+    /// pinned anything.
+    pub fn restore_pins(&self) -> Result<bool> {
+        let missing: Vec<_> = self
+            .pinned
+            .iter()
+            .filter(|(name, _)| !self.pins.map(name).exists())
+            .collect();
+        if missing.is_empty() {
+            return Ok(false);
+        }
+        self.pins.create()?;
+        for (name, map) in missing {
+            map.pin(self.pins.map(name))
+                .with_context(|| format!("cannot pin the {name} map again"))?;
+        }
+        Ok(true)
+    }
+}
+
+/// Every map of the pin directory, opened from its pin.
+fn open_pinned(pins: &PinDir) -> Result<Vec<(&'static str, MapData)>> {
+    maps::ALL
+        .into_iter()
+        .map(|name| {
+            let map = MapData::from_pin(pins.map(name))
+                .with_context(|| format!("cannot open the pinned {name} map"))?;
+            Ok((name, map))
+        })
+        .collect()
 }
 
 impl Drop for Attachment {
@@ -228,7 +264,8 @@ impl Drop for Attachment {
 
 impl Attachment {
     fn pin_links(&mut self) -> Result<()> {
-        std::fs::create_dir_all(self.pins.links())?;
+        self.restore_pins()?;
+        self.pins.create_links()?;
         for (name, link) in self.links.drain(..) {
             link.pin(self.pins.links().join(name))
                 .with_context(|| format!("cannot pin the link of {name}"))?;

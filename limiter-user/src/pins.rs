@@ -121,6 +121,18 @@ impl PinDir {
         Ok(())
     }
 
+    /// Creates the directory for the links of `--keep-attached`, root-only as the rest.
+    pub fn create_links(&self) -> Result<()> {
+        self.create()?;
+        let links = self.links();
+        match DirBuilder::new().mode(0o700).create(&links) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+                Err(e).with_context(|| format!("cannot create {}", links.display()))
+            }
+            _ => check_private(&links),
+        }
+    }
+
     /// Removes the agent's own pins and, once empty, the directory; anything else in it
     /// stays. The objects live on while something holds them.
     pub fn remove(&self) -> Result<()> {
