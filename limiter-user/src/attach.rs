@@ -140,6 +140,8 @@ impl Attachment {
     /// stopped, and every count and limit carries on.
     pub fn take_over(pins: PinDir, settings: &Settings) -> Result<(Self, Rings)> {
         let mut maps = Maps::from_pins(&pins)?;
+        // Its links and maps show it is the agent's: marked so, if an older agent did not.
+        pins.create()?;
         warn_of_kept_sizes(&pins, settings);
         let ring = |name: &str| -> Result<RingBuf<MapData>> {
             let data = MapData::from_pin(pins.map(name))

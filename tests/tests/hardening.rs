@@ -274,6 +274,47 @@ fn tempfile_dir(tag: &str) -> PathBuf {
     dir
 }
 
+/// A directory removed with everything in it when the test ends.
+struct RemovedAtEnd(PathBuf);
+
+impl Drop for RemovedAtEnd {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[kernel_test]
+fn another_tools_pins_named_like_the_agents_are_never_removed() {
+    let cg = TestCgroup::new("foreignpins");
+    let dir = RemovedAtEnd(PathBuf::from(format!(
+        "/sys/fs/bpf/limiter-test-tool-{}",
+        std::process::id()
+    )));
+    std::fs::create_dir(&dir.0).unwrap();
+    std::fs::set_permissions(&dir.0, std::fs::Permissions::from_mode(0o700)).unwrap();
+    for name in ["config", "stats"] {
+        let made = Command::new("bpftool")
+            .args(["map", "create"])
+            .arg(dir.0.join(name))
+            .args(["type", "array", "key", "4", "value", "8", "entries", "1"])
+            .args(["name", name])
+            .output()
+            .expect("bpftool is not installed (apt-get install bpftool)");
+        assert!(made.status.success(), "{made:?}");
+    }
+    let mut detach = Command::new(agent_bin());
+    detach.args(["detach", "--pin-dir"]).arg(&dir.0);
+    assert_refused(&mut detach, "was not made by the limiter");
+    let mut run = Command::new(agent_bin());
+    run.args(["--cgroup", &cg.path().to_string_lossy(), "--pin-dir"])
+        .arg(&dir.0);
+    assert_refused(&mut run, "was not made by the limiter");
+    for name in ["config", "stats"] {
+        assert!(dir.0.join(name).exists(), "{name} was removed");
+    }
+    assert_no_programs(&cg);
+}
+
 #[kernel_test]
 fn only_the_agents_own_pins_are_removed_and_only_by_their_owner() {
     let first = TestCgroup::new("pinsown1");
