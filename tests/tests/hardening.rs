@@ -488,10 +488,40 @@ fn status_tells_whether_anything_enforces_the_limits() {
     probe.release();
 }
 
+/// The cgroup v2 root bind-mounted over a test cgroup; unmounted on drop.
+struct RootMountedOver(PathBuf);
+
+impl RootMountedOver {
+    fn new(cg: &TestCgroup) -> Self {
+        let mounted = Command::new("mount")
+            .arg("--bind")
+            .arg(cgroup2_mount())
+            .arg(cg.path())
+            .status()
+            .unwrap();
+        assert!(mounted.success(), "cannot bind-mount the cgroup v2 root");
+        RootMountedOver(cg.path().to_path_buf())
+    }
+}
+
+impl Drop for RootMountedOver {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
 #[kernel_test]
-fn the_cgroup_v2_root_is_refused() {
+fn the_cgroup_v2_root_is_refused_wherever_it_is_mounted() {
     let mut cmd = Command::new(agent_bin());
     cmd.arg("--cgroup").arg(cgroup2_mount());
+    assert_refused(&mut cmd, "is the cgroup v2 root");
+    let cg = TestCgroup::new("rootbind");
+    let root = RootMountedOver::new(&cg);
+    let mut status = Command::new(agent_bin());
+    status.args(["status", "--cgroup"]).arg(&root.0);
+    assert_refused(&mut status, "is the cgroup v2 root");
+    let mut cmd = Command::new(agent_bin());
+    cmd.args(["--mode", "off", "--cgroup"]).arg(&root.0);
     assert_refused(&mut cmd, "is the cgroup v2 root");
 }
 
@@ -557,7 +587,7 @@ fn a_resolver_that_never_answers_delays_nothing_else() {
     let dns = SilentResolver::new();
     let config = TempFile::new(
         "silentdns.toml",
-        "[[destination]]\nname = \"nowhere\"\nhost = \"never-answers.limiter-test:80\"\n",
+        "resolve_interval_secs = 1\n[[destination]]\nname = \"nowhere\"\nhost = \"never-answers.limiter-test:80\"\n",
     );
     let agent = Agent::start_command(
         dns.agent_command(),
@@ -600,5 +630,20 @@ fn a_resolver_that_never_answers_delays_nothing_else() {
             .count()
     };
     wait_until("both reloads applied", || reloads() == 2);
+    // Rounds that find the name's lookup still waiting start no other one.
+    let skipped = || {
+        let log = agent.log.lock().unwrap();
+        log.iter()
+            .filter(|l| l.contains("previous lookup has not answered yet"))
+            .count()
+    };
+    let threads = || {
+        std::fs::read_dir(format!("/proc/{}/task", agent.pid()))
+            .unwrap()
+            .count()
+    };
+    let (seen, before) = (skipped(), threads());
+    wait_until("three more rounds", || skipped() >= seen + 3);
+    assert_eq!(threads(), before, "no thread per round");
     assert!(agent.stop().success(), "SIGTERM is handled");
 }

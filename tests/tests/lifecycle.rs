@@ -181,6 +181,19 @@ fn bad_input_gets_one_clear_line_and_leaves_nothing_behind() {
         &mut agent(&["--cgroup", &cg_arg, "--limit", "3"]),
         "add --algorithm fixed",
     );
+    let nameless = TempFile::new(
+        "nameless.toml",
+        "[[destination]]\nname = \"nowhere\"\nhost = \"\"\n",
+    );
+    assert_refused(
+        &mut agent(&[
+            "--cgroup",
+            &cg_arg,
+            "--config",
+            &nameless.0.to_string_lossy(),
+        ]),
+        "destination `nowhere`: host must be NAME:PORT",
+    );
     let mut unprivileged = agent(&["--cgroup", &cg_arg]);
     std::os::unix::process::CommandExt::uid(&mut unprivileged, 65534);
     assert_refused(&mut unprivileged, "not enough privileges");
