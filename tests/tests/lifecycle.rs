@@ -228,7 +228,7 @@ fn a_failed_load_leaves_nothing_half_attached() {
     ]);
     assert_refused(
         &mut cmd,
-        "cannot make its `dests` table (Argument list too long (os error 7)) for max_destinations 4294967295 and signal_buffer_kib 1024: lower them",
+        "table (Argument list too long (os error 7)) for max_destinations 4294967295 and signal_buffer_kib 1024: lower them",
     );
     assert!(!cg.pin_dir().exists(), "the failed agent removed its pins");
     assert_no_programs(&cg);
