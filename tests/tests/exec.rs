@@ -333,10 +333,17 @@ fn a_command_that_cannot_run_gets_one_line_the_shells_code_and_leaves_nothing() 
 fn a_ctrl_c_at_the_terminal_reaches_cmd_once() {
     let parent = TestCgroup::new("exectty");
     let (mut master, slave) = pty();
-    let script = "trap 'echo int' INT; trap 'echo term; kill $!; exit 3' TERM; \
-                  sleep 1000 & echo ready; while :; do wait $!; done";
+    // A process of its own session, outside the terminal's foreground process group (with
+    // SIGINT back to default: a non-interactive shell's background jobs ignore it).
+    let detached = "trap 'echo detached interrupted; exit' INT; echo detached up; \
+                    while :; do sleep 0.1; done";
+    let script = format!(
+        "trap 'echo int' INT; trap 'echo term; kill $!; exit 3' TERM; \
+         setsid env --default-signal=INT sh -c \"{detached}\" & \
+         sleep 1000 & echo ready; while :; do wait $!; done"
+    );
     let log = TempFile::new("exec-tty.log", "");
-    let mut command = exec(&parent, &[], &["bash", "-c", script]);
+    let mut command = exec(&parent, &[], &["bash", "-c", &script]);
     command
         .env("RUST_LOG", "info,limiter_user::exec=debug")
         .stdin(slave.try_clone().unwrap())
@@ -364,9 +371,12 @@ fn a_ctrl_c_at_the_terminal_reaches_cmd_once() {
         }
     };
     read_until(&mut master, "ready", &mut output);
-    // Ctrl-C: the terminal signals its whole foreground process group, CMD included.
+    read_until(&mut master, "detached up", &mut output);
+    // Ctrl-C: the terminal signals its whole foreground process group, CMD included;
+    // exec passes it on to the rest of the cgroup.
     std::io::Write::write_all(&mut master, b"\x03").unwrap();
     read_until(&mut master, "int", &mut output);
+    read_until(&mut master, "detached interrupted", &mut output);
     // SAFETY: kill() on our own child's pid.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     read_until(&mut master, "term", &mut output);
