@@ -185,13 +185,12 @@ fn bad_input_gets_one_clear_line_and_leaves_nothing_behind() {
         "nameless.toml",
         "[[destination]]\nname = \"nowhere\"\nhost = \"\"\n",
     );
+    // Refused before anything else is checked, privileges included.
+    let nameless_arg = nameless.0.to_string_lossy();
+    let mut unprivileged = agent(&["--cgroup", &cg_arg, "--config", &nameless_arg]);
+    std::os::unix::process::CommandExt::uid(&mut unprivileged, 65534);
     assert_refused(
-        &mut agent(&[
-            "--cgroup",
-            &cg_arg,
-            "--config",
-            &nameless.0.to_string_lossy(),
-        ]),
+        &mut unprivileged,
         "destination `nowhere`: host must be NAME:PORT",
     );
     let mut unprivileged = agent(&["--cgroup", &cg_arg]);
