@@ -15,7 +15,7 @@ use tokio::{
     sync::mpsc,
     time::{interval, Interval, MissedTickBehavior},
 };
-use tracing::{debug, error, info};
+use tracing::{debug, error, info, warn};
 
 use crate::{
     attach::{Attachment, Rings, Settings},
@@ -28,7 +28,7 @@ use crate::{
     failures::Failures,
     feed::{self, Feed},
     latency_ring::{LatencyRing, Signal, SignalEvent},
-    lock::AgentLock,
+    lock::{self, AgentLock},
     metrics::{self, Metrics, Snapshot},
     pins::{self, PinDir},
     preflight::{self, Kernel},
@@ -63,6 +63,7 @@ fn settings(config: &Config, plan: &ResolvedConfig) -> Settings {
         max_destinations: config.max_destinations,
         policies: plan.static_policies(),
         peers: plan.static_peers(),
+        pinned: plan.destinations.keys().copied().collect(),
         signal_buffer_bytes: config.signal_buffer_kib * 1024,
     }
 }
@@ -84,7 +85,12 @@ pub fn run(
         Some(dir) => dir,
         None => PinDir::for_cgroup(&cgroup)?,
     };
-    let _lock = AgentLock::acquire(&pins.lock_name())?;
+    let _cgroup_lock = AgentLock::acquire(&cgroup.lock_name(), "manages this cgroup")?;
+    let mut pins_lock = AgentLock::acquire(
+        &pins.lock_name(),
+        &format!("uses the pin directory {}", pins.path().display()),
+    )?;
+    lock::remove_stale();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -110,7 +116,9 @@ pub fn run(
             Attachment::attach(&cgroup, pins, &settings, &kernel)?
         };
         let feed = Feed::default();
-        let _feed_socket = feed::serve(feed::socket_path(attachment.pins()), feed.clone())?;
+        let feed_path = feed::socket_path(attachment.pins());
+        let _feed_socket = feed::serve(feed_path.clone(), feed.clone())?;
+        pins_lock.also_owns(&feed_path)?;
         info!(
             took_over,
             cgroup = %cgroup.path().display(),
@@ -256,6 +264,10 @@ impl Agent {
                 _ = sync.tick() => {
                     if let Some(rings) = self.follow_cgroup() {
                         (decisions, latency) = watch_rings(rings, &self.feed)?;
+                    }
+                    let restored = self.attachment.restore_pins();
+                    if self.failures.check("pinning the maps again", restored) == Some(true) {
+                        warn!(pins = %self.attachment.pins().path().display(), "the pin directory was removed: the maps are pinned again");
                     }
                     self.control.sync(monotonic_ns(), &mut self.attachment.maps);
                     let published = self.publish_metrics();

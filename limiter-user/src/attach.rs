@@ -1,6 +1,6 @@
 //! Loading the programs, attaching them to the cgroup, and taking them away again.
 
-use std::{collections::HashSet, time::Duration};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use aya::{
@@ -11,14 +11,12 @@ use aya::{
     },
     Btf, Ebpf, EbpfLoader,
 };
-use limiter_common::{
-    maps, DestKey, DestPeers, DestPolicy, LimiterConfig, SockState, ABI_VERSION, EVENTS_BYTES,
-};
+use limiter_common::{maps, DestKey, DestPeers, DestPolicy, SockState, EVENTS_BYTES};
 use tracing::{info, warn};
 
 use crate::{
-    adopt, cgroup::Cgroup, clock::monotonic_ns, config::Mode, maps::Maps, pins::PinDir,
-    preflight::Kernel,
+    adopt, cgroup::Cgroup, clock::monotonic_ns, config::Mode, configure::configure, maps::Maps,
+    pins::PinDir, preflight::Kernel,
 };
 
 /// Pending ring-buffer bytes at which the kernel wakes the agent (once per crossing):
@@ -44,6 +42,9 @@ pub struct Settings {
     pub policies: Vec<(DestKey, DestPolicy)>,
     /// Fall-forward candidates of group members, also in place before any connect.
     pub peers: Vec<(DestKey, DestPeers)>,
+    /// The keys configured destinations are counted under: their table entries are made
+    /// before any connect and never forgotten, beyond `max_destinations`.
+    pub pinned: Vec<DestKey>,
     pub signal_buffer_bytes: u32,
 }
 
@@ -86,6 +87,8 @@ pub struct Attachment {
     links: Links,
     pub maps: Maps,
     pins: PinDir,
+    /// Every map by its pin name, to pin it again should its pin be removed.
+    pinned: Vec<(&'static str, MapData)>,
     on_drop: OnDrop,
 }
 
@@ -113,18 +116,19 @@ impl Attachment {
         pins.remove()?;
         pins.create()?;
         load_and_attach(cgroup, &pins, settings, kernel)
-            .inspect_err(|_| {
-                let _ = pins.remove();
-            })
-            .map(|(ebpf, links, maps, rings)| {
+            .and_then(|(ebpf, links, maps, rings)| {
                 let attachment = Attachment {
                     _ebpf: Some(ebpf),
                     links,
                     maps,
-                    pins,
+                    pinned: open_pinned(&pins)?,
+                    pins: pins.clone(),
                     on_drop: OnDrop::Detach,
                 };
-                (attachment, rings)
+                Ok((attachment, rings))
+            })
+            .inspect_err(|_| {
+                let _ = pins.remove();
             })
     }
 
@@ -137,6 +141,8 @@ impl Attachment {
     /// stopped, and every count and limit carries on.
     pub fn take_over(pins: PinDir, settings: &Settings) -> Result<(Self, Rings)> {
         let mut maps = Maps::from_pins(&pins)?;
+        // Its links and maps show it is the agent's: marked so, if an older agent did not.
+        pins.create()?;
         warn_of_kept_sizes(&pins, settings);
         let ring = |name: &str| -> Result<RingBuf<MapData>> {
             let data = MapData::from_pin(pins.map(name))
@@ -161,6 +167,7 @@ impl Attachment {
             _ebpf: None,
             links,
             maps,
+            pinned: open_pinned(&pins)?,
             pins,
             on_drop: OnDrop::Detach,
         };
@@ -204,6 +211,38 @@ impl Attachment {
     pub fn pins(&self) -> &PinDir {
         &self.pins
     }
+
+    /// Pins again the maps whose pins are gone (someone removed the pin directory), so
+    /// that `status`, `detach` and the next agent still find these programs. True when it
+    /// pinned anything.
+    pub fn restore_pins(&self) -> Result<bool> {
+        let missing: Vec<_> = self
+            .pinned
+            .iter()
+            .filter(|(name, _)| !self.pins.map(name).exists())
+            .collect();
+        if missing.is_empty() {
+            return Ok(false);
+        }
+        self.pins.create()?;
+        for (name, map) in missing {
+            map.pin(self.pins.map(name))
+                .with_context(|| format!("cannot pin the {name} map again"))?;
+        }
+        Ok(true)
+    }
+}
+
+/// Every map of the pin directory, opened from its pin.
+fn open_pinned(pins: &PinDir) -> Result<Vec<(&'static str, MapData)>> {
+    maps::ALL
+        .into_iter()
+        .map(|name| {
+            let map = MapData::from_pin(pins.map(name))
+                .with_context(|| format!("cannot open the pinned {name} map"))?;
+            Ok((name, map))
+        })
+        .collect()
 }
 
 impl Drop for Attachment {
@@ -228,54 +267,14 @@ impl Drop for Attachment {
 
 impl Attachment {
     fn pin_links(&mut self) -> Result<()> {
-        std::fs::create_dir_all(self.pins.links())?;
+        self.restore_pins()?;
+        self.pins.create_links()?;
         for (name, link) in self.links.drain(..) {
             link.pin(self.pins.links().join(name))
                 .with_context(|| format!("cannot pin the link of {name}"))?;
         }
         Ok(())
     }
-}
-
-/// The one way configuration reaches the kernel, on attach, take-over, reload and
-/// re-attach: global settings and a fresh heartbeat, the policies the configuration fixes,
-/// and the fall-forward peers. A destination the kernel already tracks keeps the limit its
-/// controller published; configured policies the settings no longer have are removed.
-fn configure(maps: &mut Maps, settings: &Settings) -> Result<()> {
-    maps.set_config(&LimiterConfig {
-        abi_version: ABI_VERSION,
-        default_mode: settings.default_mode.abi(),
-        initial_limit: settings.unseen_limit,
-        heartbeat_ns: monotonic_ns(),
-        heartbeat_timeout_ns: settings.heartbeat_timeout.as_nanos() as u64,
-        ..LimiterConfig::default()
-    })?;
-    let live: HashSet<DestKey> = maps.dests.keys().filter_map(|k| k.ok()).collect();
-    let configured: HashSet<DestKey> = settings.policies.iter().map(|(k, _)| *k).collect();
-    let stale: Vec<DestKey> = maps
-        .policies
-        .keys()
-        .filter_map(|k| k.ok())
-        .filter(|k| !configured.contains(k) && !live.contains(k))
-        .collect();
-    for key in stale {
-        maps.remove_policy(&key)?;
-    }
-    for (key, policy) in &settings.policies {
-        let mut policy = *policy;
-        if let Some(published) = live
-            .contains(key)
-            .then(|| maps.policies.get(key, 0).ok())
-            .flatten()
-        {
-            // What the controller learned stays; mode and grouping are the configuration's.
-            policy.limit = published.limit;
-            policy.baseline_ns = published.baseline_ns;
-            policy.p90_ns = published.p90_ns;
-        }
-        maps.policies.insert(key, policy, 0)?;
-    }
-    maps.set_peers(&settings.peers)
 }
 
 /// Taking over keeps the previous agent's maps, and with them their sizes.
@@ -286,11 +285,11 @@ fn warn_of_kept_sizes(pins: &PinDir, settings: &Settings) {
             .map(|i| i.max_entries())
     };
     let (dests, signals) = (size(maps::DESTS), size(maps::SIGNALS));
-    if dests != Some(settings.max_destinations) || signals != Some(settings.signal_buffer_bytes) {
+    if dests != Some(dests_capacity(settings)) || signals != Some(settings.signal_buffer_bytes) {
         warn!(
-            max_destinations = dests,
+            destinations = dests,
             signal_buffer_bytes = signals,
-            "taking over keeps the previous agent's table sizes: to change max_destinations or signal_buffer_kib, stop the agent without --keep-attached and start it again"
+            "taking over keeps the previous agent's table sizes: to change max_destinations, the number of configured destinations or signal_buffer_kib, stop the agent without --keep-attached and start it again"
         );
     }
 }
@@ -303,7 +302,7 @@ fn load_and_attach(
 ) -> Result<(Ebpf, Links, Maps, Rings)> {
     let mut ebpf = EbpfLoader::new()
         .default_map_pin_directory(pins.path())
-        .map_max_entries(maps::DESTS, settings.max_destinations)
+        .map_max_entries(maps::DESTS, dests_capacity(settings))
         .map_max_entries(maps::POLICIES, policies_capacity(settings))
         .map_max_entries(maps::SIGNALS, settings.signal_buffer_bytes)
         .override_global("have_set_retval", &u8::from(kernel.has_set_retval), true)
@@ -314,7 +313,7 @@ fn load_and_attach(
             true,
         )
         .load(limiter_ebpf::OBJECT)
-        .context("cannot load the eBPF object")?;
+        .map_err(|e| explain_load_failure(e, settings))?;
     let mut maps = Maps::from_ebpf(&mut ebpf)?;
     configure(&mut maps, settings)?;
     let mut ring = |name: &str| -> Result<RingBuf<MapData>> {
@@ -353,11 +352,34 @@ fn load_and_attach(
     Ok((ebpf, links, maps, rings))
 }
 
+/// A table the kernel cannot make is the size asked for, which the user can change.
+fn explain_load_failure(e: aya::EbpfError, settings: &Settings) -> anyhow::Error {
+    use aya::{maps::MapError, EbpfError};
+    match &e {
+        EbpfError::MapError(MapError::CreateError { name, io_error })
+            if matches!(io_error.raw_os_error(), Some(libc::E2BIG | libc::ENOMEM)) =>
+        {
+            anyhow::anyhow!(
+                "cannot load the eBPF object: the kernel cannot make its `{name}` table ({io_error}) for max_destinations {} and signal_buffer_kib {}: lower them",
+                settings.max_destinations,
+                settings.signal_buffer_bytes / 1024
+            )
+        }
+        _ => anyhow::Error::new(e).context("cannot load the eBPF object"),
+    }
+}
+
+/// Room for the destinations the kernel learns, plus the configured ones, whose entries
+/// are made first: a flood of new destinations fills the former only.
+fn dests_capacity(settings: &Settings) -> u32 {
+    let pinned = u32::try_from(settings.pinned.len()).unwrap_or(u32::MAX);
+    settings.max_destinations.saturating_add(pinned)
+}
+
 /// Room for a policy per tracked destination plus every configured address.
 fn policies_capacity(settings: &Settings) -> u32 {
     let configured = u32::try_from(settings.policies.len()).unwrap_or(u32::MAX);
-    settings
-        .max_destinations
+    dests_capacity(settings)
         .saturating_add(configured)
         .saturating_add(CONFIGURED_HEADROOM)
 }

@@ -20,7 +20,8 @@ impl Cgroup {
     /// the machine.
     pub fn new(path: &Path) -> Result<Self> {
         let cgroup = Cgroup::locate(path)?;
-        if cgroup.path == cgroup.mount {
+        // By identity, not by path: the root bind-mounted elsewhere is still the root.
+        if same_directory(&cgroup.path, &cgroup.mount)? {
             bail!(
                 "{} is the cgroup v2 root: it holds every process on the machine, this agent and sshd included; pass the cgroup of the processes to protect, a directory below it",
                 path.display()
@@ -96,6 +97,12 @@ impl Cgroup {
         escape_path(&rel.to_string_lossy())
     }
 
+    /// The name of the lock that keeps a second agent off this cgroup. Escaped names hold
+    /// no dot, so it is no pin directory's lock name.
+    pub fn lock_name(&self) -> String {
+        format!("{}.cgroup", self.escaped_name())
+    }
+
     /// The directory's inode, which changes when the cgroup is removed and created again;
     /// None while it does not exist.
     pub fn inode(&self) -> Option<u64> {
@@ -109,6 +116,16 @@ impl Cgroup {
         collect_pids(&self.path, &mut pids)?;
         Ok(pids)
     }
+}
+
+fn same_directory(a: &Path, b: &Path) -> Result<bool> {
+    use std::os::unix::fs::MetadataExt;
+    let id = |p: &Path| {
+        std::fs::metadata(p)
+            .map(|m| (m.dev(), m.ino()))
+            .with_context(|| format!("cannot read {}", p.display()))
+    };
+    Ok(id(a)? == id(b)?)
 }
 
 fn collect_pids(dir: &Path, pids: &mut Vec<i32>) -> Result<()> {

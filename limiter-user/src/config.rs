@@ -242,6 +242,9 @@ impl Config {
                     d.name
                 );
             }
+            if let Some(host) = &d.host {
+                validate_host(host).with_context(|| format!("destination `{}`", d.name))?;
+            }
             self.validate_overrides(&d.overrides())
                 .with_context(|| format!("destination `{}`", d.name))?;
         }
@@ -418,6 +421,17 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// A `host` is looked up as NAME:PORT: anything else would fail every lookup, quietly.
+fn validate_host(host: &str) -> Result<()> {
+    let valid = host.rsplit_once(':').is_some_and(|(name, port)| {
+        !name.trim().is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0)
+    });
+    if !valid {
+        bail!("host must be NAME:PORT, a name or address and a port from 1 to 65535, not {host:?}");
+    }
+    Ok(())
 }
 
 fn validate_limits(l: Limits) -> Result<()> {
@@ -624,6 +638,29 @@ addresses = ["127.0.0.53:53"]
             err.contains("exactly one of `host` or `addresses`"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_host_is_a_name_and_a_port() {
+        let host = |h: &str| format!("[[destination]]\nname = \"x\"\nhost = \"{h}\"\n");
+        for bad in [
+            "",
+            ":80",
+            "example.com",
+            "example.com:",
+            "example.com:0",
+            "a:70000",
+        ] {
+            let err = refusal(&host(bad));
+            assert!(
+                err.contains("destination `x`") && err.contains("host must be NAME:PORT"),
+                "{bad}: {err}"
+            );
+        }
+        for good in ["example.com:443", "10.0.0.7:80", "[::1]:80"] {
+            let c: Config = toml::from_str(&host(good)).unwrap();
+            c.validate().unwrap();
+        }
     }
 
     #[test]

@@ -328,7 +328,9 @@ impl ControlLoop {
             return;
         };
         for (key, _, policy) in rows {
-            if let Some(policy) = policy {
+            // A configured destination's entry is made with the agent's own initial policy:
+            // nothing was learned yet, its controller starts as any other.
+            if let Some(policy) = policy.filter(|p| *p != self.plan.initial_policy(&key)) {
                 self.managed(key, now_ns, Some(policy.limit));
             }
         }
@@ -337,7 +339,8 @@ impl ControlLoop {
     /// Forgets destinations idle for `forget_idle` with nothing in flight: removed from the
     /// kernel's table, they lose their controller and policy (unless the configuration
     /// fixes it). Only the agent removes entries, so a destination holding slots is never
-    /// forgotten. Walks the table only every [`idle_walk_period`].
+    /// forgotten, nor is a configured one, whose entry must outlast any flood. Walks the
+    /// table only every [`idle_walk_period`].
     pub fn sync(&mut self, now_ns: u64, maps: &mut Maps) {
         let every_ns = idle_walk_period(self.forget_idle).as_nanos() as u64;
         if self
@@ -356,7 +359,10 @@ impl ControlLoop {
         let forgotten_before = self.forgotten;
         for (key, state) in entries {
             let idle_ns = now_ns.saturating_sub(state.last_active_ns);
-            if state.inflight > 0 || idle_ns < self.forget_idle.as_nanos() as u64 {
+            if state.inflight > 0
+                || idle_ns < self.forget_idle.as_nanos() as u64
+                || self.plan.destinations.contains_key(&key)
+            {
                 continue;
             }
             let removed = maps.dests.remove(&key);

@@ -48,3 +48,14 @@ fn the_example_configuration_is_valid() {
     let config = Config::load(std::path::Path::new(path)).unwrap();
     assert_eq!(config.mode, crate::config::Mode::Shadow);
 }
+
+#[test]
+fn the_pin_root_is_made_root_only_at_boot() {
+    let tmpfiles = include_str!("../../dist/limiter.tmpfiles");
+    let entries: Vec<&str> = tmpfiles
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .collect();
+    let expected = format!("d {} 0700 root root -", crate::pins::ROOT);
+    assert_eq!(entries, [expected.as_str()]);
+}

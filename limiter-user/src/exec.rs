@@ -2,6 +2,7 @@
 //! removed once CMD and everything it started are gone.
 
 use std::{
+    collections::HashSet,
     ffi::{OsStr, OsString},
     fs::File,
     io::Write,
@@ -16,7 +17,7 @@ use nix::{
         signal::{self, SigSet},
         signalfd::{SfdFlags, SignalFd},
     },
-    unistd::Pid,
+    unistd::{getpgid, getpgrp, Pid},
 };
 use tokio::io::unix::AsyncFd;
 use tracing::{debug, error, info};
@@ -29,6 +30,9 @@ pub const FAILED: u8 = 125;
 pub const NOT_EXECUTABLE: u8 = 126;
 /// CMD is not found.
 pub const NOT_FOUND: u8 = 127;
+
+/// Passes over the cgroup when passing a signal on (see `Supervised::forward`).
+const FORWARD_PASSES: usize = 16;
 
 /// CMD could not be started; carries the shell's exit code for it.
 #[derive(Debug, thiserror::Error)]
@@ -200,11 +204,11 @@ impl Supervised {
                         let sig = signal::Signal::try_from(info.ssi_signo as i32)
                             .map_err(std::io::Error::from)?;
                         // The kernel sends a terminal's signals (SI_KERNEL); kill() is SI_USER.
-                        if info.ssi_code == libc::SI_KERNEL {
+                        let from_terminal = info.ssi_code == libc::SI_KERNEL;
+                        if from_terminal {
                             debug!("{sig} from the terminal: it reached CMD's process group already");
-                        } else {
-                            s.forward(sig);
                         }
+                        s.forward(sig, from_terminal);
                     }
                     None => ready.clear_ready(),
                 }
@@ -218,15 +222,27 @@ impl Supervised {
         self.status = Some(status);
     }
 
-    /// Passes a signal on to CMD, or, once CMD is gone, to whatever it left running.
-    fn forward(&self, sig: signal::Signal) {
-        let targets = match self.child.id() {
-            Some(pid) if self.status.is_none() => vec![pid as i32],
-            _ => self.cgroup.pids().unwrap_or_default(),
-        };
-        for pid in targets {
-            // A process that has just exited is no error.
-            let _ = signal::kill(Pid::from_raw(pid), sig);
+    /// Passes a signal on to every process in the cgroup, as systemd's
+    /// `KillMode=control-group` does: a shell's command and whatever CMD left running get
+    /// it too. One from the terminal reached exec's foreground process group already.
+    fn forward(&self, sig: signal::Signal, from_terminal: bool) {
+        let own_group = getpgrp();
+        let mut signalled = HashSet::new();
+        // Again while a pass finds a process the previous ones did not: one forked
+        // meanwhile gets it too. Bounded, so a fork loop cannot hold the agent here.
+        for _ in 0..FORWARD_PASSES {
+            let pids = self.cgroup.pids().unwrap_or_default();
+            let fresh: Vec<i32> = pids.into_iter().filter(|&p| signalled.insert(p)).collect();
+            if fresh.is_empty() {
+                break;
+            }
+            for pid in fresh.into_iter().map(Pid::from_raw) {
+                if from_terminal && getpgid(Some(pid)) == Ok(own_group) {
+                    continue;
+                }
+                // A process that has just exited is no error.
+                let _ = signal::kill(pid, sig);
+            }
         }
     }
 

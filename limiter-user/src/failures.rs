@@ -8,31 +8,46 @@ use tracing::warn;
 /// Repeated failures are summarised at most this often.
 const LOG_EVERY: Duration = Duration::from_secs(10);
 
+/// Decides when a repeated event is logged: the first of a burst, then at most every
+/// LOG_EVERY, with how many happened since the last line.
 #[derive(Debug, Default)]
-pub struct Failures {
-    total: u64,
+pub struct Throttle {
     unlogged: u64,
     last_log: Option<Instant>,
 }
 
-impl Failures {
-    /// Records a failure of `what`; logs it unless one was logged less than LOG_EVERY ago.
-    pub fn record(&mut self, what: &str, error: &dyn std::fmt::Display) {
-        self.total += 1;
+impl Throttle {
+    /// Counts one occurrence; Some(occurrences since the last line) when it is to be logged.
+    pub fn occurred(&mut self) -> Option<u64> {
         self.unlogged += 1;
         let now = Instant::now();
         if self
             .last_log
             .is_some_and(|t| now.duration_since(t) < LOG_EVERY)
         {
-            return;
+            return None;
         }
-        warn!(
-            failures = self.unlogged,
-            "{what} failed: {error} (the agent carries on; counted in limiter_agent_map_failures)"
-        );
-        self.unlogged = 0;
         self.last_log = Some(now);
+        Some(std::mem::take(&mut self.unlogged))
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct Failures {
+    total: u64,
+    throttle: Throttle,
+}
+
+impl Failures {
+    /// Records a failure of `what`; logs it unless one was logged less than LOG_EVERY ago.
+    pub fn record(&mut self, what: &str, error: &dyn std::fmt::Display) {
+        self.total += 1;
+        if let Some(failures) = self.throttle.occurred() {
+            warn!(
+                failures,
+                "{what} failed: {error} (the agent carries on; counted in limiter_agent_map_failures)"
+            );
+        }
     }
 
     /// Logs and counts the error of `result`, if any; the value otherwise.
@@ -61,6 +76,9 @@ mod tests {
         }
         assert_eq!(f.check::<u8, &str>("writing", Ok(3)), Some(3));
         assert_eq!(f.total(), 5);
-        assert_eq!(f.unlogged, 4, "only the first of a burst is logged");
+        assert_eq!(
+            f.throttle.unlogged, 4,
+            "only the first of a burst is logged"
+        );
     }
 }

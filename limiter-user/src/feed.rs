@@ -19,9 +19,9 @@ use tokio::{
     net::{UnixListener, UnixStream},
     sync::broadcast::{self, error::RecvError},
 };
-use tracing::warn;
 
 use crate::{
+    accept::AcceptFailures,
     lock::{self, RUN_DIR},
     pins::PinDir,
 };
@@ -163,14 +163,16 @@ pub fn serve(path: PathBuf, feed: Feed) -> Result<FeedSocket> {
         .with_context(|| format!("cannot restrict {} to root", socket.0.display()))?;
     let own_uid = nix::unistd::geteuid().as_raw();
     tokio::spawn(async move {
+        let mut failures = AcceptFailures::default();
         loop {
             let stream = match listener.accept().await {
                 Ok((stream, _)) => stream,
                 Err(e) => {
-                    warn!("events: accept failed: {e}");
+                    failures.failed("events", &e).await;
                     continue;
                 }
             };
+            failures.succeeded();
             // Between bind and chmod anyone could have connected: decisions name processes.
             if !stream.peer_cred().is_ok_and(|c| c.uid() == own_uid) {
                 continue;

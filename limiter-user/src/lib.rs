@@ -3,6 +3,7 @@
 //! The binary is `src/main.rs`; the library lets the integration tests build the very same
 //! agent into their own binary.
 
+mod accept;
 mod adopt;
 mod agent;
 mod attach;
@@ -11,6 +12,7 @@ mod cgroup;
 mod cli;
 mod clock;
 mod config;
+mod configure;
 mod control;
 mod decision_log;
 #[cfg(test)]
@@ -202,12 +204,20 @@ fn simulate(args: &limiter_sim::SimulateArgs) -> Result<()> {
 fn detach(args: DetachArgs) -> Result<()> {
     preflight::check_privileges()?;
     let dir = pin_dir_of(args.cgroup.as_ref(), args.pin_dir.as_ref())?;
-    // Held while removing, so that no agent starts on these pins meanwhile.
-    let _lock = AgentLock::acquire(&dir.lock_name()).map_err(|_| {
-        let pid = AgentLock::holder(&dir.lock_name())
-            .map_or("?".into(), |p| p.to_string());
-        anyhow::anyhow!("an agent (pid {pid}) is running for this cgroup: stop it with SIGTERM, it detaches itself")
-    })?;
+    // Held while removing, so that no agent starts on these pins, or this cgroup, meanwhile.
+    let cgroup = args.cgroup.as_deref().map(Cgroup::new).transpose()?;
+    let names = cgroup
+        .iter()
+        .map(Cgroup::lock_name)
+        .chain([dir.lock_name()]);
+    let _locks = names
+        .map(|name| {
+            AgentLock::acquire(&name, "runs here").map_err(|_| {
+                let pid = AgentLock::holder(&name).map_or("?".into(), |p| p.to_string());
+                anyhow::anyhow!("an agent (pid {pid}) is running for this cgroup: stop it with SIGTERM, it detaches itself")
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
     if !dir.exists()? {
         bail!("nothing to detach: {} does not exist", dir.path().display());
     }

@@ -88,24 +88,6 @@ impl Maps {
         absent_is_fine(self.policies.remove(key))
     }
 
-    /// Makes the fall-forward candidates exactly `peers`: every entry written, any other
-    /// (a group or member the configuration no longer has) removed.
-    pub fn set_peers(&mut self, peers: &[(DestKey, DestPeers)]) -> Result<()> {
-        for (key, candidates) in peers {
-            self.peers.insert(key, candidates, 0)?;
-        }
-        let stale: Vec<DestKey> = self
-            .peers
-            .keys()
-            .filter_map(|k| k.ok())
-            .filter(|k| !peers.iter().any(|(key, _)| key == k))
-            .collect();
-        for key in stale {
-            absent_is_fine(self.peers.remove(&key))?;
-        }
-        Ok(())
-    }
-
     /// Every destination the kernel knows and its state, in a few system calls.
     pub fn dest_entries(&self) -> Result<Vec<(DestKey, DestState)>> {
         Ok(batch::entries(self.dests.map())?)
@@ -140,13 +122,18 @@ impl Maps {
     }
 }
 
-fn absent_is_fine(result: Result<(), aya::maps::MapError>) -> Result<()> {
+/// The errno of a failed map operation.
+pub fn errno(e: &aya::maps::MapError) -> Option<i32> {
+    match e {
+        aya::maps::MapError::SyscallError(e) => e.io_error.raw_os_error(),
+        _ => None,
+    }
+}
+
+/// Removing what is not there is fine.
+pub fn absent_is_fine(result: Result<(), aya::maps::MapError>) -> Result<()> {
     match result {
-        Err(aya::maps::MapError::SyscallError(e))
-            if e.io_error.raw_os_error() == Some(libc::ENOENT) =>
-        {
-            Ok(())
-        }
+        Err(e) if errno(&e) == Some(libc::ENOENT) => Ok(()),
         result => Ok(result?),
     }
 }

@@ -3,9 +3,11 @@
 //! asks for (OpenMetrics when its Accept header prefers it, 0.0.4 text otherwise).
 
 use std::{
+    collections::VecDeque,
     convert::Infallible,
     net::SocketAddr,
     sync::{Arc, Mutex},
+    time::Duration,
 };
 
 use anyhow::{Context, Result};
@@ -18,10 +20,20 @@ use prometheus_client::{
     metrics::{counter::ConstCounter, gauge::ConstGauge, info::Info},
     registry::Registry,
 };
-use tokio::net::TcpListener;
-use tracing::warn;
+use tokio::{
+    net::{TcpListener, TcpStream},
+    task::AbortHandle,
+};
+use tracing::debug;
 
-use crate::{clock::monotonic_ns, config::Mode, control::Changes, maps::Globals, status::Row};
+use crate::{
+    accept::{out_of_descriptors, AcceptFailures},
+    clock::monotonic_ns,
+    config::Mode,
+    control::Changes,
+    maps::Globals,
+    status::Row,
+};
 
 /// What the last refresh saw.
 #[derive(Debug, Default)]
@@ -296,6 +308,14 @@ fn encode_changes(
     Ok(())
 }
 
+/// Connections served at once: a scraper needs one, a few more are for people with curl.
+const MAX_CONNECTIONS: usize = 32;
+
+/// A connection is closed this long after it was accepted, answered or not. It serves one
+/// request (no keep-alive), so a client that sends nothing, or reads nothing, holds its
+/// descriptor no longer.
+const CONNECTION_LIFETIME: Duration = Duration::from_secs(10);
+
 /// Binds `addr` now (so a bad address fails the start) and serves /metrics from then on.
 pub async fn serve(addr: SocketAddr, metrics: Metrics) -> Result<()> {
     let listener = TcpListener::bind(addr)
@@ -305,27 +325,60 @@ pub async fn serve(addr: SocketAddr, metrics: Metrics) -> Result<()> {
     registry.register_collector(Box::new(metrics));
     let registry = Arc::new(registry);
     tokio::spawn(async move {
+        let mut open = Connections::default();
+        let mut failures = AcceptFailures::default();
         loop {
-            let stream = match listener.accept().await {
-                Ok((stream, _)) => stream,
+            match listener.accept().await {
+                Ok((stream, _)) => {
+                    failures.succeeded();
+                    let served = tokio::spawn(serve_connection(stream, registry.clone()));
+                    open.add(served.abort_handle());
+                }
                 Err(e) => {
-                    warn!("metrics: accept failed: {e}");
-                    continue;
+                    if out_of_descriptors(&e) {
+                        open.close_oldest();
+                    }
+                    failures.failed("metrics", &e).await;
                 }
-            };
-            let registry = registry.clone();
-            tokio::spawn(async move {
-                let service = service_fn(move |req| scrape(req, registry.clone()));
-                if let Err(e) = http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await
-                {
-                    warn!("metrics: {e}");
-                }
-            });
+            }
         }
     });
     Ok(())
+}
+
+async fn serve_connection(stream: TcpStream, registry: Arc<Registry>) {
+    let service = service_fn(move |req| scrape(req, registry.clone()));
+    let connection = http1::Builder::new()
+        .keep_alive(false)
+        .serve_connection(TokioIo::new(stream), service);
+    // A client's own failures are its business: logged only on demand.
+    if let Ok(Err(e)) = tokio::time::timeout(CONNECTION_LIFETIME, connection).await {
+        debug!("metrics: {e}");
+    }
+}
+
+/// The connections being served, oldest first.
+#[derive(Default)]
+struct Connections(VecDeque<AbortHandle>);
+
+impl Connections {
+    /// At the bound, the oldest connection is closed for the new one: clients that never
+    /// finish cannot keep a scraper out.
+    fn add(&mut self, connection: AbortHandle) {
+        self.0.retain(|c| !c.is_finished());
+        if self.0.len() >= MAX_CONNECTIONS {
+            self.close_oldest();
+        }
+        self.0.push_back(connection);
+    }
+
+    /// Gives the oldest connection's descriptor back.
+    fn close_oldest(&mut self) {
+        self.0.retain(|c| !c.is_finished());
+        if let Some(oldest) = self.0.pop_front() {
+            oldest.abort();
+        }
+    }
 }
 
 async fn scrape(

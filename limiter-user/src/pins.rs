@@ -24,6 +24,8 @@ use crate::{
 };
 
 pub const BPFFS: &str = "/sys/fs/bpf";
+/// The empty directory that marks a pin directory as the agent's (bpffs names hold no dot).
+const MARKER: &str = "made_by_limiter";
 pub const ROOT: &str = "/sys/fs/bpf/limiter";
 
 /// Makes sure a bpffs is mounted at /sys/fs/bpf, mounting one (root-only) when it is not.
@@ -107,22 +109,29 @@ impl PinDir {
 
     /// Creates the directory and any missing one above it on the bpffs, root-only, from
     /// the top down, checking each before going into it: whoever can read the pins can read
-    /// limits, whoever can write them can change them.
+    /// limits, whoever can write them can change them. Marks it as the agent's.
     pub fn create(&self) -> Result<()> {
         for dir in self.below_mount()? {
-            match DirBuilder::new().mode(0o700).create(&dir) {
-                Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
-                    return Err(e)
-                        .with_context(|| format!("cannot create pin directory {}", dir.display()));
-                }
-                _ => check_private(&dir)?,
-            }
+            create_private(&dir)?;
         }
-        Ok(())
+        create_private(&self.marker())
+    }
+
+    /// Creates the directory for the links of `--keep-attached`, root-only as the rest.
+    pub fn create_links(&self) -> Result<()> {
+        self.create()?;
+        create_private(&self.links())
+    }
+
+    /// Made with the directory by [`PinDir::create`]: in a directory without it, pins under
+    /// the agent's names (`config`, `stats`...) are another tool's.
+    fn marker(&self) -> PathBuf {
+        self.0.join(MARKER)
     }
 
     /// Removes the agent's own pins and, once empty, the directory; anything else in it
-    /// stays. The objects live on while something holds them.
+    /// stays. The objects live on while something holds them. A directory the agent did
+    /// not make that holds pins under its names is refused, and nothing is removed.
     pub fn remove(&self) -> Result<()> {
         if !self.exists()? {
             return Ok(());
@@ -130,6 +139,19 @@ impl PinDir {
         self.below_mount()?
             .iter()
             .try_for_each(|dir| check_private(dir))?;
+        if !self.marker().exists() {
+            let named_like_ours = maps::ALL.map(|name| self.map(name));
+            if let Some(theirs) = named_like_ours
+                .into_iter()
+                .chain([self.links()])
+                .find(|p| p.exists())
+            {
+                bail!(
+                    "{} was not made by the limiter (another tool's pin?), so nothing was removed: pick another --pin-dir",
+                    theirs.display()
+                );
+            }
+        }
         let links = self.links();
         for name in programs() {
             remove_pin(&links.join(name))?;
@@ -138,6 +160,7 @@ impl PinDir {
         for name in maps::ALL {
             remove_pin(&self.map(name))?;
         }
+        remove_empty_dir(&self.marker())?;
         remove_empty_dir(&self.0)
     }
 
@@ -186,6 +209,16 @@ impl PinDir {
             .collect();
         dirs.sort_by(|a, b| a.0.cmp(&b.0));
         dirs
+    }
+}
+
+/// Creates `dir` root-only, or checks the one there is.
+fn create_private(dir: &Path) -> Result<()> {
+    match DirBuilder::new().mode(0o700).create(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+            Err(e).with_context(|| format!("cannot create pin directory {}", dir.display()))
+        }
+        _ => check_private(dir),
     }
 }
 

@@ -1,11 +1,14 @@
 //! Resolving `host` destinations away from the control loop. Each name is looked up on a
 //! thread of its own (the system resolver offers no way to cancel a lookup), and the agent
 //! waits for the answers no longer than a timeout: a resolver that never answers leaves a
-//! thread waiting, never the heartbeat, the limits or the signal handling.
+//! thread waiting, never the heartbeat, the limits or the signal handling. A name is not
+//! looked up again while its previous lookup still waits, so such a resolver costs one
+//! thread per name, not one per name and round.
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, BTreeSet},
     net::{SocketAddr, ToSocketAddrs},
+    sync::Mutex,
     time::Duration,
 };
 
@@ -20,6 +23,9 @@ pub const TIMEOUT: Duration = Duration::from_secs(5);
 /// The addresses of each `host` destination that resolved, by destination name.
 pub type Resolved = BTreeMap<String, Vec<SocketAddr>>;
 
+/// The hosts whose lookup thread has not returned yet.
+static LOOKING_UP: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+
 /// Resolves every `host` of `config`; a name that fails or does not answer in time is
 /// left out (and logged), so that the plan keeps its previous addresses.
 pub async fn resolve(config: &Config, timeout: Duration) -> Resolved {
@@ -27,11 +33,20 @@ pub async fn resolve(config: &Config, timeout: Duration) -> Resolved {
         .destinations
         .iter()
         .filter_map(|d| Some((d.name.clone(), d.host.clone()?)))
+        .filter(|(name, host)| {
+            let started = LOOKING_UP.lock().unwrap().insert(host.clone());
+            if !started {
+                warn!(destination = %name, "cannot resolve {host}: its previous lookup has not answered yet");
+            }
+            started
+        })
         .map(|(name, host)| {
             let (tx, rx) = oneshot::channel();
             let lookup = host.clone();
             std::thread::spawn(move || {
-                let _ = tx.send(lookup.to_socket_addrs().map(Iterator::collect));
+                let answer = lookup.to_socket_addrs().map(Iterator::collect);
+                LOOKING_UP.lock().unwrap().remove(&lookup);
+                let _ = tx.send(answer);
             });
             (name, host, rx)
         })

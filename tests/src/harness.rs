@@ -18,7 +18,7 @@ pub const SKIP_VAR: &str = "LIMITER_SKIP_KERNEL_TESTS";
 pub const HANG_GUARD_VAR: &str = "LIMITER_TEST_HANG_GUARD_SECS";
 
 /// Bound on waiting for something that must happen; it guards against hangs only.
-pub(crate) fn hang_guard() -> Duration {
+pub fn hang_guard() -> Duration {
     let secs = std::env::var(HANG_GUARD_VAR)
         .ok()
         .map(|v| {

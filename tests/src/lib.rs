@@ -25,7 +25,7 @@ pub use agent::{
 pub use bpftool::{assert_no_programs, dests_entry, map_entry};
 pub use cgroup::{cgroup2_mount, TestCgroup};
 pub use forge::{client_ends, forge_rst};
-pub use harness::{require_root, wait_until, HANG_GUARD_VAR, SKIP_VAR};
+pub use harness::{hang_guard, require_root, wait_until, HANG_GUARD_VAR, SKIP_VAR};
 pub use http::{serve_http, SlowHttp};
 pub use limiter_kernel_test::kernel_test;
 pub use load::{CurlLoad, Endings};

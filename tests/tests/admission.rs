@@ -1,6 +1,9 @@
 //! Admission in the connect hook: limits, modes, address families (root, real kernel).
 
-use std::process::Command;
+use std::{
+    io::{BufRead, BufReader},
+    process::{Command, Stdio},
+};
 
 use limiter_integration_tests::*;
 
@@ -223,4 +226,32 @@ fn a_cgroup_named_like_a_systemd_service_is_limited() {
     let (_probe, lines) = Probe::hold(&cg, up.addr, 4);
     assert_eq!(tally(&lines), (2, 2, 0), "{lines:?}");
     assert_eq!(field(&cg, up.addr, "limit"), 2);
+}
+
+#[kernel_test]
+fn a_socket_made_before_its_process_joined_the_cgroup_is_not_limited() {
+    let cg = TestCgroup::new("moved");
+    let up = Upstream::start("127.0.0.1:0", Behaviour::Hold);
+    let _agent = Agent::start(&cg, &["--algorithm", "fixed", "--limit", "1"]);
+    let (held, lines) = Probe::hold(&cg, up.addr, 1);
+    assert_eq!(tally(&lines), (1, 0, 0));
+    // The kernel runs a socket's connect hooks by the cgroup it was made in.
+    let mut moved = Command::new(probe_bin())
+        .args(["moved", "--to", &up.addr.to_string(), "--procs"])
+        .arg(cg.path().join("cgroup.procs"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(moved.stdout.take().unwrap());
+    let lines: Vec<String> = (&mut out)
+        .lines()
+        .map(Result::unwrap)
+        .take_while(|l| l != "ready")
+        .collect();
+    let refused = format!("after err {}", libc::ECONNREFUSED);
+    assert_eq!(lines, ["before ok", refused.as_str()]);
+    drop(moved.stdin.take());
+    assert!(moved.wait().unwrap().success());
+    held.release();
 }

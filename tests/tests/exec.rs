@@ -56,11 +56,28 @@ fn pins_below(parent: &TestCgroup) -> Vec<PathBuf> {
         .unwrap_or_default()
 }
 
+/// What /run/limiter holds for the transient cgroups of `parent`: files named after the
+/// cgroup (escaped once) or after its pin directory (escaped twice).
+fn run_files_below(parent: &TestCgroup) -> Vec<PathBuf> {
+    let name = parent.path().file_name().unwrap().to_string_lossy();
+    let names = [name.replace('-', "\\x2d"), name.replace('-', "\\x5cx2d")];
+    std::fs::read_dir("/run/limiter")
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| names.iter().any(|n| p.to_string_lossy().contains(n)))
+        .collect()
+}
+
 fn assert_nothing_left(parent: &TestCgroup) {
     assert_eq!(
         transient(parent),
         Vec::<PathBuf>::new(),
         "the cgroup is removed"
+    );
+    assert_eq!(
+        run_files_below(parent),
+        Vec::<PathBuf>::new(),
+        "no lock or socket is left"
     );
     assert_eq!(
         pins_below(parent),
@@ -213,6 +230,35 @@ fn signals_reach_cmd_and_a_killed_cmd_gives_128_plus_the_signal() {
     assert_nothing_left(&parent);
 }
 
+/// The processes in the transient cgroup of `parent`.
+fn processes_below(parent: &TestCgroup) -> usize {
+    transient(parent)
+        .iter()
+        .filter_map(|cg| std::fs::read_to_string(cg.join("cgroup.procs")).ok())
+        .map(|procs| procs.lines().count())
+        .sum()
+}
+
+#[kernel_test]
+fn signals_reach_everything_in_the_cgroup_and_exec_ends_once_it_is_empty() {
+    let parent = TestCgroup::new("execgroup");
+    for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+        // sleep is not the shell's last command, so the shell waits for it instead of
+        // becoming it: two processes, only one of them exec's child.
+        let mut run = Running::start(exec(
+            &parent,
+            &[],
+            &["sh", "-c", "echo ready; sleep 1000; echo after"],
+        ));
+        assert_eq!(run.line(), "ready");
+        wait_until("the shell and its sleep", || processes_below(&parent) == 2);
+        run.signal(sig);
+        wait_until("exec to end", || run.child.try_wait().unwrap().is_some());
+        assert_eq!(run.wait().code(), Some(128 + sig), "signal {sig}");
+        assert_nothing_left(&parent);
+    }
+}
+
 #[kernel_test]
 fn it_waits_for_everything_cmd_started() {
     let parent = TestCgroup::new("execorphan");
@@ -287,10 +333,17 @@ fn a_command_that_cannot_run_gets_one_line_the_shells_code_and_leaves_nothing() 
 fn a_ctrl_c_at_the_terminal_reaches_cmd_once() {
     let parent = TestCgroup::new("exectty");
     let (mut master, slave) = pty();
-    let script = "trap 'echo int' INT; trap 'echo term; kill $!; exit 3' TERM; \
-                  sleep 1000 & echo ready; while :; do wait $!; done";
+    // A process of its own session, outside the terminal's foreground process group (with
+    // SIGINT back to default: a non-interactive shell's background jobs ignore it).
+    let detached = "trap 'echo detached interrupted; exit' INT; echo detached up; \
+                    while :; do sleep 0.1; done";
+    let script = format!(
+        "trap 'echo int' INT; trap 'echo term; kill $!; exit 3' TERM; \
+         setsid env --default-signal=INT sh -c \"{detached}\" & \
+         sleep 1000 & echo ready; while :; do wait $!; done"
+    );
     let log = TempFile::new("exec-tty.log", "");
-    let mut command = exec(&parent, &[], &["bash", "-c", script]);
+    let mut command = exec(&parent, &[], &["bash", "-c", &script]);
     command
         .env("RUST_LOG", "info,limiter_user::exec=debug")
         .stdin(slave.try_clone().unwrap())
@@ -318,9 +371,12 @@ fn a_ctrl_c_at_the_terminal_reaches_cmd_once() {
         }
     };
     read_until(&mut master, "ready", &mut output);
-    // Ctrl-C: the terminal signals its whole foreground process group, CMD included.
+    read_until(&mut master, "detached up", &mut output);
+    // Ctrl-C: the terminal signals its whole foreground process group, CMD included;
+    // exec passes it on to the rest of the cgroup.
     std::io::Write::write_all(&mut master, b"\x03").unwrap();
     read_until(&mut master, "int", &mut output);
+    read_until(&mut master, "detached interrupted", &mut output);
     // SAFETY: kill() on our own child's pid.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     read_until(&mut master, "term", &mut output);

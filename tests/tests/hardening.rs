@@ -39,7 +39,7 @@ fn a_flood_of_destinations_neither_stops_the_agent_nor_frees_a_live_limit() {
     );
     let (held, lines) = Probe::hold(&cg, up.addr, 10);
     assert_eq!(tally(&lines), (10, 0, 0));
-    spray(&cg, 3000);
+    spray(&cg, 100);
     let (more, lines) = Probe::hold(&cg, up.addr, 10);
     assert_eq!(
         tally(&lines),
@@ -54,10 +54,97 @@ fn a_flood_of_destinations_neither_stops_the_agent_nor_frees_a_live_limit() {
     held.release();
 }
 
+/// A configuration naming `dest` as a destination of its own with a fixed limit of 2.
+fn configured(dest: std::net::SocketAddr) -> String {
+    format!(
+        "[[destination]]\nname = \"configured\"\naddresses = [\"{dest}\"]\nalgorithm = \"fixed\"\nlimit = 2\n"
+    )
+}
+
 #[kernel_test]
-fn idle_destinations_are_forgotten_and_ones_holding_slots_are_not() {
+fn a_full_table_leaves_configured_destinations_limited_and_refuses_a_reload_whole() {
+    let cg = TestCgroup::new("floodconf");
+    let up = Upstream::start("127.0.0.1:0", Behaviour::Hold);
+    let config = TempFile::new(
+        "floodconf.toml",
+        &format!("max_destinations = 64\n{}", configured(up.addr)),
+    );
+    let agent = Agent::start(&cg, &["--config", &config.0.to_string_lossy()]);
+    spray(&cg, 100);
+    assert!(global(&cg, "table_full") > 0, "the flood filled the table");
+    // Never connected to before the flood, yet limited.
+    let (held, lines) = Probe::hold(&cg, up.addr, 10);
+    assert_eq!(tally(&lines), (2, 8, 0));
+    // A reload naming a destination the full table has no room for changes nothing.
+    let late = Upstream::start("127.0.0.1:0", Behaviour::Hold);
+    let reload = format!(
+        "mode = \"shadow\"\nmax_destinations = 64\n{}{}",
+        configured(up.addr),
+        configured(late.addr).replace("\"configured\"", "\"late\"")
+    );
+    std::fs::write(&config.0, reload).unwrap();
+    agent.signal(libc::SIGHUP);
+    wait_until("the reload to be applied or refused", || {
+        agent.logged(&["reload failed"]) || agent.logged(&["configuration reloaded"])
+    });
+    let (more, lines) = Probe::hold(&cg, up.addr, 1);
+    assert_eq!(tally(&lines), (0, 1, 0), "still prod");
+    assert_eq!(map_entry(&cg, "policies", late.addr), None);
+    assert!(agent.logged(&["reload failed", "destination table is full"]));
+    more.release();
+    held.release();
+}
+
+#[kernel_test]
+fn a_reload_that_does_not_fit_changes_nothing_in_the_kernel() {
+    let cg = TestCgroup::new("reloadfit");
+    let up = Upstream::start("127.0.0.1:0", Behaviour::Hold);
+    let config = TempFile::new("reloadfit.toml", "max_destinations = 64\n");
+    let agent = Agent::start(
+        &cg,
+        &[
+            "--config",
+            &config.0.to_string_lossy(),
+            "--algorithm",
+            "fixed",
+            "--limit",
+            "3",
+        ],
+    );
+    let (held, lines) = Probe::hold(&cg, up.addr, 3);
+    assert_eq!(tally(&lines), (3, 0, 0));
+    // A switch to shadow, with more excludes than the policy table holds.
+    let excluded = (0..6000).map(|n| format!("\"127.2.{}.{}:80\"", n / 250, n % 250 + 1));
+    let reload = format!(
+        "mode = \"shadow\"\nmax_destinations = 64\n[[exclude]]\naddresses = [{}]\n",
+        excluded.collect::<Vec<_>>().join(", ")
+    );
+    std::fs::write(&config.0, reload).unwrap();
+    agent.signal(libc::SIGHUP);
+    wait_until("the reload to be refused", || {
+        agent.logged(&["reload failed"])
+    });
+    let (more, lines) = Probe::hold(&cg, up.addr, 3);
+    assert_eq!(tally(&lines), (0, 3, 0), "still prod");
+    let first = "127.2.0.1:80".parse().unwrap();
+    assert_eq!(
+        map_entry(&cg, "policies", first),
+        None,
+        "no exclusion written"
+    );
+    assert!(agent.logged(&["reload failed", "policy table"]));
+    more.release();
+    held.release();
+}
+
+#[kernel_test]
+fn idle_destinations_are_forgotten_and_ones_holding_slots_or_configured_are_not() {
     let cg = TestCgroup::new("forget");
-    let config = TempFile::new("forget.toml", "forget_idle_secs = 1\n");
+    let kept = closed_port();
+    let config = TempFile::new(
+        "forget.toml",
+        &format!("forget_idle_secs = 1\n{}", configured(kept)),
+    );
     let _agent = Agent::start(
         &cg,
         &[
@@ -72,7 +159,9 @@ fn idle_destinations_are_forgotten_and_ones_holding_slots_are_not() {
     let held = Upstream::start("127.0.0.1:0", Behaviour::Hold);
     let (probe, lines) = Probe::hold(&cg, held.addr, 3);
     assert_eq!(tally(&lines), (3, 0, 0));
-    // Touched after the held one, so idle for less time than it.
+    let (_, lines) = Probe::hold(&cg, kept, 1);
+    assert_eq!(tally(&lines), (0, 1, 0));
+    // Touched after the held and the configured one, so idle for less time than them.
     let refused = closed_port();
     let (_, lines) = Probe::hold(&cg, refused, 1);
     assert_eq!(tally(&lines), (0, 1, 0));
@@ -84,6 +173,7 @@ fn idle_destinations_are_forgotten_and_ones_holding_slots_are_not() {
         3,
         "still known, still full"
     );
+    assert!(row(&cg, kept).is_some(), "configured: never forgotten");
     let (_, lines) = Probe::hold(&cg, held.addr, 1);
     assert_eq!(tally(&lines), (0, 1, 0));
     probe.release();
@@ -184,6 +274,47 @@ fn tempfile_dir(tag: &str) -> PathBuf {
     dir
 }
 
+/// A directory removed with everything in it when the test ends.
+struct RemovedAtEnd(PathBuf);
+
+impl Drop for RemovedAtEnd {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[kernel_test]
+fn another_tools_pins_named_like_the_agents_are_never_removed() {
+    let cg = TestCgroup::new("foreignpins");
+    let dir = RemovedAtEnd(PathBuf::from(format!(
+        "/sys/fs/bpf/limiter-test-tool-{}",
+        std::process::id()
+    )));
+    std::fs::create_dir(&dir.0).unwrap();
+    std::fs::set_permissions(&dir.0, std::fs::Permissions::from_mode(0o700)).unwrap();
+    for name in ["config", "stats"] {
+        let made = Command::new("bpftool")
+            .args(["map", "create"])
+            .arg(dir.0.join(name))
+            .args(["type", "array", "key", "4", "value", "8", "entries", "1"])
+            .args(["name", name])
+            .output()
+            .expect("bpftool is not installed (apt-get install bpftool)");
+        assert!(made.status.success(), "{made:?}");
+    }
+    let mut detach = Command::new(agent_bin());
+    detach.args(["detach", "--pin-dir"]).arg(&dir.0);
+    assert_refused(&mut detach, "was not made by the limiter");
+    let mut run = Command::new(agent_bin());
+    run.args(["--cgroup", &cg.path().to_string_lossy(), "--pin-dir"])
+        .arg(&dir.0);
+    assert_refused(&mut run, "was not made by the limiter");
+    for name in ["config", "stats"] {
+        assert!(dir.0.join(name).exists(), "{name} was removed");
+    }
+    assert_no_programs(&cg);
+}
+
 #[kernel_test]
 fn only_the_agents_own_pins_are_removed_and_only_by_their_owner() {
     let first = TestCgroup::new("pinsown1");
@@ -202,7 +333,7 @@ fn only_the_agents_own_pins_are_removed_and_only_by_their_owner() {
         "--pin-dir",
         &pins_arg,
     ]);
-    assert_refused(&mut other, "already manages");
+    assert_refused(&mut other, "already uses the pin directory");
     let mut detach = Command::new(agent_bin());
     detach.args(["detach", "--pin-dir", &pins_arg]);
     assert_refused(&mut detach, "stop it with SIGTERM");
@@ -218,6 +349,70 @@ fn only_the_agents_own_pins_are_removed_and_only_by_their_owner() {
     assert!(!pins.join("dests").exists(), "its own pins are gone");
     std::fs::remove_dir(pins.join("foreign")).unwrap();
     std::fs::remove_dir(&pins).unwrap();
+}
+
+#[kernel_test]
+fn a_second_agent_is_refused_whatever_its_pin_directory() {
+    let cg = TestCgroup::new("secondagent");
+    let first = Agent::start(&cg, &[]);
+    let pins = PathBuf::from(format!(
+        "/sys/fs/bpf/limiter-test-second-{}",
+        std::process::id()
+    ));
+    let mut second = Command::new(agent_bin());
+    second
+        .args(["--cgroup", &cg.path().to_string_lossy(), "--pin-dir"])
+        .arg(&pins);
+    assert_refused(&mut second, "already manages this cgroup");
+    assert!(!pins.exists(), "the second agent pinned nothing");
+    let mut detach = Command::new(agent_bin());
+    detach.args(["detach", "--cgroup", &cg.path().to_string_lossy()]);
+    assert_refused(&mut detach, "stop it with SIGTERM");
+    assert!(first.stop().success());
+    assert_no_programs(&cg);
+}
+
+/// The files in /run/limiter of the agent `pid`: its locks (whose first line is its pid)
+/// and the files they list (its event socket).
+fn run_files_of(pid: i32) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for lock in std::fs::read_dir("/run/limiter").unwrap() {
+        let lock = lock.unwrap().path();
+        let text = std::fs::read_to_string(&lock).unwrap_or_default();
+        let mut lines = text.lines();
+        if lines.next() == Some(&pid.to_string()) {
+            files.push(lock.clone());
+            files.extend(lines.map(PathBuf::from));
+        }
+    }
+    files
+}
+
+#[kernel_test]
+fn what_a_killed_agent_leaves_in_run_is_removed_by_the_next_one() {
+    let killed = TestCgroup::new("runkilled");
+    let agent = Agent::start(&killed, &[]);
+    let left = run_files_of(agent.pid());
+    assert_eq!(left.len(), 3, "two locks and an event socket: {left:?}");
+    assert!(left
+        .iter()
+        .any(|f| f.extension().is_some_and(|e| e == "events")));
+    agent.kill();
+    assert!(
+        left.iter().all(|f| f.exists()),
+        "a killed agent cleans nothing"
+    );
+    let next = TestCgroup::new("runnext");
+    let agent = Agent::start(&next, &[]);
+    let pid = agent.pid();
+    for file in &left {
+        assert!(!file.exists(), "{} was left", file.display());
+    }
+    let own = run_files_of(pid);
+    assert!(agent.stop().success());
+    for file in &own {
+        assert!(!file.exists(), "{} was left", file.display());
+    }
 }
 
 #[kernel_test]
@@ -293,10 +488,40 @@ fn status_tells_whether_anything_enforces_the_limits() {
     probe.release();
 }
 
+/// The cgroup v2 root bind-mounted over a test cgroup; unmounted on drop.
+struct RootMountedOver(PathBuf);
+
+impl RootMountedOver {
+    fn new(cg: &TestCgroup) -> Self {
+        let mounted = Command::new("mount")
+            .arg("--bind")
+            .arg(cgroup2_mount())
+            .arg(cg.path())
+            .status()
+            .unwrap();
+        assert!(mounted.success(), "cannot bind-mount the cgroup v2 root");
+        RootMountedOver(cg.path().to_path_buf())
+    }
+}
+
+impl Drop for RootMountedOver {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
 #[kernel_test]
-fn the_cgroup_v2_root_is_refused() {
+fn the_cgroup_v2_root_is_refused_wherever_it_is_mounted() {
     let mut cmd = Command::new(agent_bin());
     cmd.arg("--cgroup").arg(cgroup2_mount());
+    assert_refused(&mut cmd, "is the cgroup v2 root");
+    let cg = TestCgroup::new("rootbind");
+    let root = RootMountedOver::new(&cg);
+    let mut status = Command::new(agent_bin());
+    status.args(["status", "--cgroup"]).arg(&root.0);
+    assert_refused(&mut status, "is the cgroup v2 root");
+    let mut cmd = Command::new(agent_bin());
+    cmd.args(["--mode", "off", "--cgroup"]).arg(&root.0);
     assert_refused(&mut cmd, "is the cgroup v2 root");
 }
 
@@ -362,7 +587,7 @@ fn a_resolver_that_never_answers_delays_nothing_else() {
     let dns = SilentResolver::new();
     let config = TempFile::new(
         "silentdns.toml",
-        "[[destination]]\nname = \"nowhere\"\nhost = \"never-answers.limiter-test:80\"\n",
+        "resolve_interval_secs = 1\n[[destination]]\nname = \"nowhere\"\nhost = \"never-answers.limiter-test:80\"\n",
     );
     let agent = Agent::start_command(
         dns.agent_command(),
@@ -405,5 +630,20 @@ fn a_resolver_that_never_answers_delays_nothing_else() {
             .count()
     };
     wait_until("both reloads applied", || reloads() == 2);
+    // Rounds that find the name's lookup still waiting start no other one.
+    let skipped = || {
+        let log = agent.log.lock().unwrap();
+        log.iter()
+            .filter(|l| l.contains("previous lookup has not answered yet"))
+            .count()
+    };
+    let threads = || {
+        std::fs::read_dir(format!("/proc/{}/task", agent.pid()))
+            .unwrap()
+            .count()
+    };
+    let (seen, before) = (skipped(), threads());
+    wait_until("three more rounds", || skipped() >= seen + 3);
+    assert_eq!(threads(), before, "no thread per round");
     assert!(agent.stop().success(), "SIGTERM is handled");
 }

@@ -186,6 +186,18 @@ fn bad_input_gets_one_clear_line_and_leaves_nothing_behind() {
         &mut agent(&["--cgroup", &cg_arg, "--limit", "3"]),
         "add --algorithm fixed",
     );
+    let nameless = TempFile::new(
+        "nameless.toml",
+        "[[destination]]\nname = \"nowhere\"\nhost = \"\"\n",
+    );
+    // Refused before anything else is checked, privileges included.
+    let nameless_arg = nameless.0.to_string_lossy();
+    let mut unprivileged = agent(&["--cgroup", &cg_arg, "--config", &nameless_arg]);
+    std::os::unix::process::CommandExt::uid(&mut unprivileged, 65534);
+    assert_refused(
+        &mut unprivileged,
+        "destination `nowhere`: host must be NAME:PORT",
+    );
     let mut unprivileged = agent(&["--cgroup", &cg_arg]);
     std::os::unix::process::CommandExt::uid(&mut unprivileged, 65534);
     assert_refused(&mut unprivileged, "not enough privileges");
@@ -210,15 +222,18 @@ fn bad_input_gets_one_clear_line_and_leaves_nothing_behind() {
 fn a_failed_load_leaves_nothing_half_attached() {
     let cg = TestCgroup::new("failedload");
     // A destination table too large to allocate: the kernel refuses it after the pin
-    // directory exists.
+    // directory exists, and the one line says what to lower.
     let mut cmd = Command::new(agent_bin());
     cmd.args([
         "--cgroup",
         &cg.path().to_string_lossy(),
         "--max-destinations",
-        "4000000000",
+        "4294967295",
     ]);
-    assert_refused(&mut cmd, "cannot load the eBPF object");
+    assert_refused(
+        &mut cmd,
+        "table (Argument list too long (os error 7)) for max_destinations 4294967295 and signal_buffer_kib 1024: lower them",
+    );
     assert!(!cg.pin_dir().exists(), "the failed agent removed its pins");
     assert_no_programs(&cg);
 }

@@ -2,10 +2,11 @@
 //! the reference parser (Python's prometheus-client), fetched with curl (root, real kernel).
 
 use std::{
-    io::Write,
-    net::SocketAddr,
+    io::{Read, Write},
+    net::{SocketAddr, TcpStream},
     path::Path,
     process::{Command, Stdio},
+    time::Instant,
 };
 
 use limiter_integration_tests::*;
@@ -40,7 +41,14 @@ fn python() -> &'static str {
 /// (Content-Type, body) of a scrape with `accept` (none when empty).
 fn scrape(addr: SocketAddr, accept: &str) -> (String, String) {
     let mut curl = Command::new("curl");
-    curl.args(["--silent", "--show-error", "--dump-header", "-"]);
+    curl.args([
+        "--silent",
+        "--show-error",
+        "--dump-header",
+        "-",
+        "--max-time",
+    ])
+    .arg(hang_guard().as_secs().to_string());
     if !accept.is_empty() {
         curl.args(["--header", &format!("Accept: {accept}")]);
     }
@@ -216,4 +224,71 @@ fn both_text_formats_parse_and_follow_prometheus_conventions() {
     assert_eq!(build(&text, "limiter_build_info"), "gauge");
     assert_eq!(build(&openmetrics, "limiter_build"), "info");
     held.release();
+}
+
+/// The number of descriptors `pid` has open.
+fn descriptors(pid: i32) -> u64 {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count() as u64
+}
+
+/// Sets how many descriptors `pid` may have open.
+fn limit_descriptors(pid: i32, limit: u64) {
+    let rlimit = libc::rlimit {
+        rlim_cur: limit,
+        rlim_max: limit,
+    };
+    // SAFETY: prlimit reads one rlimit and writes nothing (no old limit asked for).
+    let rc = unsafe { libc::prlimit(pid, libc::RLIMIT_NOFILE, &rlimit, std::ptr::null_mut()) };
+    assert_eq!(rc, 0, "prlimit: {}", std::io::Error::last_os_error());
+}
+
+/// Waits for the agent to close `stream`, which never sent anything.
+fn closed_by_the_agent(mut stream: &TcpStream) -> bool {
+    stream.set_read_timeout(Some(hang_guard())).unwrap();
+    match stream.read(&mut [0u8; 1]) {
+        Ok(n) => n == 0,
+        Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+    }
+}
+
+#[kernel_test]
+fn idle_connections_neither_exhaust_the_agent_nor_keep_scrapes_and_reloads_out() {
+    let cg = TestCgroup::new("metricsidle");
+    let addr = closed_port();
+    let config = TempFile::new("metricsidle.toml", "");
+    let agent = Agent::start(
+        &cg,
+        &[
+            "--config",
+            &config.0.to_string_lossy(),
+            "--metrics",
+            &addr.to_string(),
+        ],
+    );
+    // Fewer spare descriptors than the idle connections below, as a unit without
+    // LimitNOFILE gave it against a thousand idle connections.
+    limit_descriptors(agent.pid(), descriptors(agent.pid()) + 8);
+    let started = Instant::now();
+    let idle: Vec<TcpStream> = (0..200)
+        .map(|_| TcpStream::connect(addr).unwrap())
+        .collect();
+    let (_, body) = scrape(addr, "");
+    assert!(body.contains("limiter_heartbeat_age_seconds"), "{body}");
+    assert!(closed_by_the_agent(&idle[0]), "the oldest made room");
+    assert!(closed_by_the_agent(&idle[199]), "an idle one is closed too");
+    let failures = agent
+        .log
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|l| l.contains("accept failed"))
+        .count() as u64;
+    assert!(
+        failures <= 1 + started.elapsed().as_secs() / 10,
+        "accept failures are logged at most every 10 s: {failures}"
+    );
+    agent.signal(libc::SIGHUP);
+    wait_until("the reload", || agent.logged(&["configuration reloaded"]));
 }

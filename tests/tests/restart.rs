@@ -76,3 +76,36 @@ fn a_recreated_cgroup_is_limited_again() {
     assert_eq!(tally(&lines), (1, 1, 0), "enforcement is back");
     held.release();
 }
+
+#[kernel_test]
+fn a_removed_pin_directory_is_pinned_again_and_taken_over() {
+    let cg = TestCgroup::new("pinloss");
+    let up = Upstream::start("127.0.0.1:0", Behaviour::Hold);
+    let args = ["--algorithm", "fixed", "--limit", "2", "--keep-attached"];
+    let first = Agent::start(&cg, &args);
+    let (held, lines) = Probe::hold(&cg, up.addr, 2);
+    assert_eq!(tally(&lines), (2, 0, 0));
+    // Gone at once, as `rm -rf` would leave it once done.
+    let aside = std::path::PathBuf::from(format!("{}-removed", cg.pin_dir().display()));
+    std::fs::rename(cg.pin_dir(), &aside).unwrap();
+    std::fs::remove_dir_all(&aside).unwrap();
+    wait_until("the maps to be pinned again", || {
+        cg.pin_dir().join("dests").exists()
+    });
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(cg.pin_dir()).unwrap().permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o700);
+    assert!(first.logged(&["the pin directory was removed: the maps are pinned again"]));
+    assert!(first.stop().success());
+
+    let second = Agent::start(&cg, &args[..4]);
+    assert!(second.logged(&["took_over=true"]));
+    assert_eq!(field(&cg, up.addr, "inflight"), 2, "state taken over");
+    let (_, lines) = Probe::hold(&cg, up.addr, 1);
+    assert_eq!(tally(&lines), (0, 1, 0));
+    assert!(second.stop().success());
+    assert!(!cg.pin_dir().exists());
+    assert!(!attached_programs(&cg).contains("limiter"));
+    held.release();
+}

@@ -64,6 +64,7 @@ fn the_package_installs_the_agent_unit_conffile_completions_and_man_pages() {
     for path in [
         "./usr/bin/limiter-user",
         "./etc/limiter/limiter.toml",
+        "./usr/lib/tmpfiles.d/limiter.conf",
         "limiter@.service",
         "./usr/share/bash-completion/completions/limiter-user",
         "./usr/share/zsh/vendor-completions/_limiter-user",

@@ -87,6 +87,15 @@ enum Cmd {
         #[arg(long)]
         count: u32,
     },
+    /// Make a socket, join the cgroup whose cgroup.procs is PROCS, then connect that socket
+    /// and one made after joining to TO; prints "before OUTCOME" and "after OUTCOME", and
+    /// holds both until stdin closes.
+    Moved {
+        #[arg(long)]
+        to: SocketAddr,
+        #[arg(long)]
+        procs: std::path::PathBuf,
+    },
     /// Connect a UDP socket; prints "ok" or "err ERRNO".
     Udp {
         #[arg(long)]
@@ -207,6 +216,18 @@ fn main() {
                 let _ = TcpStream::connect((ip, port));
             }
             writeln!(out, "attempted {count}").unwrap();
+        }
+        Cmd::Moved { to, procs } => {
+            let before = socket(to).unwrap();
+            std::fs::write(&procs, std::process::id().to_string()).unwrap();
+            let after = socket(to).unwrap();
+            for (when, sock) in [("before", &before), ("after", &after)] {
+                write!(out, "{when} ").unwrap();
+                report(&mut out, sock.connect(&to.into()));
+            }
+            writeln!(out, "ready").unwrap();
+            out.flush().unwrap();
+            wait_for_stdin_close();
         }
         Cmd::Udp { to } => {
             let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
