@@ -43,6 +43,12 @@ signal.signal(signal.SIGUSR2, speed_up)
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
+    def setup(self):
+        # The handshake in this connection's own thread: done by accept() it would serialise
+        # every handshake in the one accepting thread, and a burst of connects would queue.
+        self.request.do_handshake()
+        super().setup()
+
     def do_GET(self):
         time.sleep(delay_ms / 1000)
         self.send_response(200)
@@ -65,6 +71,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
 class Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
+    # A burst of connects waits in the kernel's accept queue, not in SYN retransmissions.
+    request_queue_size = 1024
 
     def handle_error(self, request, client_address):
         pass  # a client the test killed, or one the limiter refused: nothing to report
@@ -75,7 +83,7 @@ context.load_cert_chain(f"{args.dir}/cert.pem", f"{args.dir}/key.pem")
 version = ssl.TLSVersion.TLSv1_2 if args.tls == "1.2" else ssl.TLSVersion.TLSv1_3
 context.minimum_version = context.maximum_version = version
 server = Server(("127.0.0.1", 0), Handler)
-server.socket = context.wrap_socket(server.socket, server_side=True)
+server.socket = context.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
 print(f"listening {server.server_address[1]}", flush=True)
 try:
     server.serve_forever()
