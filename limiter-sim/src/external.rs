@@ -7,7 +7,7 @@
 //! init <initial> <min> <max>
 //! sample <now_ns> <latency_ns> <inflight>
 //! connect <now_ns> <inflight>
-//! outcome <now_ns> error|timeout|shed
+//! outcome <now_ns> error|timeout|shed|untimed|overload
 //! outcome <now_ns> gave_up|hung_up <waited_ns>
 //! tick <now_ns>                        <limit>
 //! ```
