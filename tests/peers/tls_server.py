@@ -4,7 +4,7 @@
 
 Serves HTTP/1.1 (keep-alive) on a loopback port, printed as "listening PORT". Each answer's
 first byte comes after first-byte-ms (slow-ms after SIGUSR1, first-byte-ms again after
-SIGUSR2); with --stream-ms it then streams a chunk every 100 ms for that long. OpenSSL, as
+SIGUSR2); with --stream-ms it then streams a chunk every 500 ms for that long. OpenSSL, as
 configured here by default, sends two session tickets after the client's Finished on TLS 1.3.
 """
 
@@ -58,7 +58,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.chunk(b"first\n")
         end = time.monotonic() + args.stream_ms / 1000
         while time.monotonic() < end:
-            time.sleep(0.1)
+            time.sleep(0.5)
             self.chunk(b"more\n")
         self.wfile.write(b"0\r\n\r\n")
 

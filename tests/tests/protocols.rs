@@ -125,7 +125,7 @@ fn tls_answers_are_timed_to_their_first_byte_on_every_stack_or_not_at_all() {
     }
 }
 
-/// A streamed answer (chunked, a chunk every 100 ms for 1.5 s) is timed to its first byte.
+/// A streamed answer (chunked, 1.5 s long) is timed to its first byte.
 #[kernel_test]
 fn a_streamed_tls_answer_is_timed_to_its_first_byte() {
     let cg = TestCgroup::new("tls-stream");
