@@ -3,7 +3,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use limiter_core::{controller, Algorithm, ControlConfig, Controller};
+use limiter_core::{controller, Algorithm, ControlConfig, Controller, Limits, Outcome};
 
 use crate::external::ExternalController;
 
@@ -18,25 +18,42 @@ pub enum AlgorithmChoice {
 }
 
 impl AlgorithmChoice {
-    /// Creates a fresh controller, lends it to `run`, and for an external one checks
-    /// afterwards that the process kept to the protocol.
+    /// Creates a fresh controller within `limits`, lends it to `run`, and for an external
+    /// one checks afterwards that the process kept to the protocol.
     pub fn with_controller<R>(
         &self,
+        limits: Limits,
         run: impl FnOnce(&mut dyn Controller) -> R,
     ) -> anyhow::Result<R> {
         match self {
             Self::Builtin(algorithm) => {
-                let config = ControlConfig::new(*algorithm);
+                let config = ControlConfig {
+                    limits,
+                    ..ControlConfig::new(*algorithm)
+                };
                 Ok(run(controller(&config, 0).as_mut()))
             }
             Self::External(command) => {
-                let mut external =
-                    ExternalController::spawn(command, ControlConfig::default().limits)?;
+                let mut external = ExternalController::spawn(command, limits)?;
                 let result = run(&mut external);
                 external.finish()?;
                 Ok(result)
             }
         }
+    }
+}
+
+/// No limiter: admission that never refuses, for the runs a limiter is compared with.
+pub struct Unlimited;
+
+impl Controller for Unlimited {
+    fn on_sample(&mut self, _: u64, _: u64, _: u32) {}
+    fn on_outcome(&mut self, _: u64, _: Outcome) {}
+    fn update(&mut self, _: u64) -> u32 {
+        u32::MAX
+    }
+    fn limit(&self) -> u32 {
+        u32::MAX
     }
 }
 

@@ -29,6 +29,23 @@ impl Bound {
     }
 }
 
+impl Bound {
+    /// How far `value` falls outside the bound, relative to it (absolute against a bound
+    /// of 0): 0 when admitted. Ranks failures of different criteria against each other.
+    pub fn shortfall(self, value: f64) -> f64 {
+        if self.admits(value) {
+            return 0.0;
+        }
+        let off = |edge: f64| (value - edge).abs() / if edge == 0.0 { 1.0 } else { edge.abs() };
+        match self {
+            Self::Above(edge) | Self::AtLeast(edge) | Self::AtMost(edge) | Self::Below(edge) => {
+                off(edge)
+            }
+            Self::Within(lo, hi) => off(lo).min(off(hi)),
+        }
+    }
+}
+
 impl fmt::Display for Bound {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
@@ -159,6 +176,15 @@ mod tests {
         assert!(!around(40.0, 0.2).admits(48.5));
         assert_eq!(around(40.0, 0.2).to_string(), "32..48");
         assert_eq!(Bound::AtMost(0.25).to_string(), "<= 0.25");
+    }
+
+    #[test]
+    fn shortfalls_are_relative_to_the_bound() {
+        assert_eq!(Bound::AtLeast(0.9).shortfall(0.95), 0.0);
+        assert!((Bound::AtLeast(0.9).shortfall(0.45) - 0.5).abs() < 1e-12);
+        assert_eq!(Bound::AtMost(0.0).shortfall(12.0), 12.0);
+        assert_eq!(Bound::AtMost(3.0).shortfall(f64::INFINITY), f64::INFINITY);
+        assert_eq!(Bound::Within(80.0, 120.0).shortfall(60.0), 0.25);
     }
 
     #[test]

@@ -1,15 +1,30 @@
-//! A played scenario as people read it (a table) and as programs read it (JSON).
+//! A played scenario or shape as people read it (a table) and as programs read it (JSON).
 
 use std::fmt;
 
 use serde::Serialize;
 
 use crate::criteria::{figure, Criterion};
+use crate::shapes::Family;
 
-/// The verdict of one scenario under one algorithm and seed.
+/// What was played: `{"scenario": NAME}` or `{"shape": {spec, families, figures}}` in JSON.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Subject<'a> {
+    Scenario(&'a str),
+    Shape {
+        spec: String,
+        families: Vec<Family>,
+        /// The figures behind the criteria, in a line.
+        figures: String,
+    },
+}
+
+/// The verdict of one scenario or shape under one algorithm and seed.
 #[derive(Debug, Serialize)]
 pub struct Report<'a> {
-    pub scenario: &'a str,
+    #[serde(flatten)]
+    pub subject: Subject<'a>,
     pub algorithm: String,
     pub seed: u64,
     pub criteria: &'a [Criterion],
@@ -24,11 +39,27 @@ impl Report<'_> {
 impl fmt::Display for Report<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let verdict = if self.passed() { "pass" } else { "FAIL" };
+        let name = match &self.subject {
+            Subject::Scenario(name) => name.to_string(),
+            Subject::Shape { spec, .. } => format!("shape {spec}"),
+        };
         writeln!(
             f,
-            "{} with {}, seed {}: {verdict}",
-            self.scenario, self.algorithm, self.seed
+            "{name} with {}, seed {}: {verdict}",
+            self.algorithm, self.seed
         )?;
+        if let Subject::Shape {
+            families, figures, ..
+        } = &self.subject
+        {
+            let names: Vec<&str> = families.iter().map(|f| f.name()).collect();
+            writeln!(
+                f,
+                "  families: {}
+  {figures}",
+                names.join(", ")
+            )?;
+        }
         let name_width = self
             .criteria
             .iter()
@@ -61,7 +92,7 @@ mod tests {
 
     fn report(criteria: &[Criterion]) -> Report<'_> {
         Report {
-            scenario: "converge",
+            subject: Subject::Scenario("converge"),
             algorithm: "vegas".into(),
             seed: 7,
             criteria,
@@ -97,5 +128,27 @@ mod tests {
             "{table}"
         );
         assert!(table.contains("b") && table.contains("FAIL"));
+    }
+
+    #[test]
+    fn a_shape_is_reported_with_its_spec_families_and_figures() {
+        let criteria = [Criterion::new("healthy: refused", 0.0, Bound::AtMost(0.0))];
+        let r = Report {
+            subject: Subject::Shape {
+                spec: "workers=8".into(),
+                families: vec![Family::All, Family::FewWorkers],
+                figures: "demand 2".into(),
+            },
+            algorithm: "vegas".into(),
+            seed: 3,
+            criteria: &criteria,
+        };
+        let json = serde_json::to_value(&r).expect("serialisable");
+        assert_eq!(
+            json["shape"],
+            serde_json::json!({"spec": "workers=8", "families": ["all", "few-workers"], "figures": "demand 2"})
+        );
+        let table = r.to_string();
+        assert!(table.starts_with("shape workers=8 with vegas, seed 3: pass\n  families: all, few-workers\n  demand 2\n"), "{table}");
     }
 }

@@ -1,7 +1,7 @@
 //! What a run recorded, and the queries the criteria and pictures ask of it.
 
 use crate::breaker::SlowCallBreaker;
-use crate::clock::{Nanos, NANOS_PER_SEC};
+use crate::clock::{as_secs, Nanos, NANOS_PER_SEC};
 
 /// The limit and in-flight count right after a controller update.
 #[derive(Clone, Copy, Debug)]
@@ -27,11 +27,22 @@ pub struct Second {
     pub p90_s: Option<f64>,
 }
 
+/// A time to first byte, or the time a client waited before it gave up, and when it ended.
+#[derive(Clone, Copy, Debug)]
+pub struct Waited {
+    pub at: Nanos,
+    pub seconds: f32,
+}
+
 /// Everything a run recorded.
 #[derive(Clone, Debug)]
 pub struct Trace {
     pub ticks: Vec<Tick>,
     pub seconds: Vec<Second>,
+    /// Every answer's time to first byte, in the order they came.
+    pub answers: Vec<Waited>,
+    /// Every request a client gave up on, with how long it had waited.
+    pub gave_up: Vec<Waited>,
     pub first_shed: Option<Nanos>,
     /// When the reference slow-call breaker, watching the same calls, would have opened.
     pub breaker_opened: Option<Nanos>,
@@ -100,6 +111,20 @@ impl Trace {
         quantile(&values, 0.5).unwrap_or(f64::NAN)
     }
 
+    /// The time to first byte at quantile `q` of the requests that ended in [from, to),
+    /// counting a request given up on at the time its client waited: `None` without any.
+    pub fn waited_quantile(&self, from: Nanos, to: Nanos, q: f64) -> Option<f64> {
+        let within = |w: &&Waited| w.at >= from && w.at < to;
+        let waited: Vec<f64> = self
+            .answers
+            .iter()
+            .chain(&self.gave_up)
+            .filter(within)
+            .map(|w| f64::from(w.seconds))
+            .collect();
+        quantile(&waited, q)
+    }
+
     /// The second a point in time falls in, if the run lasted that long.
     pub fn second_at(&self, at: Nanos) -> Option<&Second> {
         self.seconds.get((at / NANOS_PER_SEC) as usize)
@@ -142,6 +167,8 @@ impl Recorder {
             trace: Trace {
                 ticks: Vec::with_capacity(seconds * 10 + 1),
                 seconds: vec![Second::default(); seconds],
+                answers: Vec::new(),
+                gave_up: Vec::new(),
                 first_shed: None,
                 breaker_opened: None,
             },
@@ -175,7 +202,12 @@ impl Recorder {
             self.close_second();
             self.sampling_second = second;
         }
-        self.samples.push(latency as f64 / NANOS_PER_SEC as f64);
+        let seconds = as_secs(latency);
+        self.samples.push(seconds);
+        self.trace.answers.push(Waited {
+            at,
+            seconds: seconds as f32,
+        });
     }
 
     /// A connection ended; `duration` is from `connect()` to close, as a breaker sees it.
@@ -193,6 +225,10 @@ impl Recorder {
     pub fn timed_out(&mut self, at: Nanos, waited: Nanos) {
         self.second(at).timed_out += 1;
         self.breaker.record(at, waited);
+        self.trace.gave_up.push(Waited {
+            at,
+            seconds: as_secs(waited) as f32,
+        });
     }
 
     pub fn finish(mut self) -> Trace {

@@ -1,15 +1,28 @@
-//! The synthetic upstream: C workers in front of a FIFO queue. Latency grows with
-//! concurrency because requests beyond C wait for a worker.
+//! The synthetic upstream: C workers in front of a FIFO queue, or C cores shared among
+//! every request it holds ([`crate::processor_sharing`]). Latency grows with concurrency
+//! because requests beyond C wait for a worker, or share the cores.
 
 use std::collections::VecDeque;
 
 use crate::clock::Nanos;
 use crate::schedule::Schedule;
 
+/// How the upstream serves the requests it holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Discipline {
+    /// `capacity` workers, each serving one request at a time, first come first served.
+    #[default]
+    Workers,
+    /// `capacity` cores shared equally among all the requests held; steps in the capacity
+    /// take effect at once.
+    ProcessorSharing,
+}
+
 /// How the upstream behaves over a run.
 #[derive(Clone, Debug)]
 pub struct UpstreamSpec {
-    /// Workers (requests served at once); rounded down.
+    pub discipline: Discipline,
+    /// Workers (requests served at once; rounded down), or cores.
     pub capacity: Schedule,
     /// Multiplies every request class's service time (1 = healthy).
     pub latency_factor: Schedule,
@@ -21,6 +34,7 @@ impl UpstreamSpec {
     /// Healthy and error-free with a fixed number of workers.
     pub fn steady(capacity: u32) -> Self {
         Self {
+            discipline: Discipline::Workers,
             capacity: Schedule::constant(f64::from(capacity)),
             latency_factor: Schedule::constant(1.0),
             error_rate: Schedule::constant(0.0),

@@ -1,6 +1,7 @@
 //! External algorithms run on the same traffic as the built-in ones, over the line protocol.
 
 use limiter_sim::scenarios;
+use limiter_sim::shapes::{self, Shape};
 use limiter_sim::{AlgorithmChoice, DEFAULT_SEED};
 
 fn external(command: &str) -> AlgorithmChoice {
@@ -50,4 +51,19 @@ fn a_command_that_breaks_the_protocol_fails_the_run() {
         .err()
         .expect("a protocol error");
     assert!(format!("{err:#}").contains("not-a-limit"), "{err:#}");
+}
+
+#[test]
+fn an_external_algorithm_plays_a_shape() {
+    let fixed = external("while read -r word rest; do case $word in tick) echo 12;; esac; done");
+    let shape: Shape = "workers=16".parse().expect("a valid spec");
+    let played = shapes::play(&shape, &fixed, DEFAULT_SEED).expect("the protocol is kept");
+    let (_, trace) = &played.traces[0];
+    assert!(trace.ticks.iter().skip(1).all(|t| t.limit == 12));
+    let peak = played
+        .criteria
+        .iter()
+        .find(|c| c.name == shapes::judge::PEAK_INFLIGHT)
+        .expect("judged");
+    assert!(peak.pass && peak.value <= 12.0, "{peak:?}");
 }

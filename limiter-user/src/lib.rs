@@ -196,7 +196,7 @@ fn status(args: StatusArgs) -> Result<()> {
 
 fn simulate(args: &limiter_sim::SimulateArgs) -> Result<()> {
     if !limiter_sim::run(args)? {
-        bail!("the scenario failed at least one criterion (see above)");
+        bail!("at least one criterion failed (see above)");
     }
     Ok(())
 }

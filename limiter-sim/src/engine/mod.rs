@@ -15,8 +15,9 @@ use rand_pcg::Pcg64Mcg;
 use crate::admission::Admission;
 use crate::clients::{poisson_gap, Load, RequestClass};
 use crate::clock::{secs, Nanos};
+use crate::processor_sharing::ProcessorSharing;
 use crate::trace::{Recorder, Trace};
-use crate::upstream::{Upstream, UpstreamSpec};
+use crate::upstream::{Discipline, Upstream, UpstreamSpec};
 use queue::EventQueue;
 
 /// The controller update interval of the agent.
@@ -38,6 +39,9 @@ enum Event {
     Send { class: usize, worker: Option<u32> },
     /// The upstream is done working on a request: first byte, or failure.
     Served(RequestId),
+    /// The processor-sharing upstream's next request is done, unless what it holds changed
+    /// since this generation.
+    SharedDone(u64),
     /// A streamed response's connection closes.
     Close(RequestId),
     /// The upstream's capacity changes: queued requests may start.
@@ -74,7 +78,7 @@ struct Sim<'a> {
     events: EventQueue<Event>,
     rng: Pcg64Mcg,
     admission: Admission,
-    upstream: Upstream<'a, RequestId>,
+    servers: Servers<'a>,
     controller: &'a mut dyn Controller,
     requests: Vec<Option<Request>>,
     free_ids: Vec<RequestId>,
@@ -83,6 +87,12 @@ struct Sim<'a> {
     /// nothing, shared by the classes that pool.
     idle: u32,
     recorder: Recorder,
+}
+
+/// The upstream's servers, as its discipline has them.
+enum Servers<'a> {
+    Workers(Upstream<'a, RequestId>),
+    Shared(ProcessorSharing<RequestId>),
 }
 
 impl<'a> Sim<'a> {
@@ -96,7 +106,12 @@ impl<'a> Sim<'a> {
             events: EventQueue::new(),
             rng: Pcg64Mcg::seed_from_u64(seed),
             admission: Admission::new(controller.limit()),
-            upstream: Upstream::new(&setup.upstream),
+            servers: match setup.upstream.discipline {
+                Discipline::Workers => Servers::Workers(Upstream::new(&setup.upstream)),
+                Discipline::ProcessorSharing => {
+                    Servers::Shared(ProcessorSharing::new(setup.upstream.capacity.at(0)))
+                }
+            },
             controller,
             requests: Vec::new(),
             free_ids: Vec::new(),
@@ -161,8 +176,9 @@ impl<'a> Sim<'a> {
             match event {
                 Event::Send { class, worker } => self.send(class, worker),
                 Event::Served(id) => self.served(id),
+                Event::SharedDone(generation) => self.shared_done(generation),
                 Event::Close(id) => self.end_request(id, false),
-                Event::Capacity => self.start_ready(),
+                Event::Capacity => self.capacity_changed(),
                 Event::Deadline { id, serial } => self.deadline(id, serial),
                 Event::Burst { class } => self.burst(class),
             }
@@ -242,20 +258,93 @@ impl<'a> Sim<'a> {
             self.events
                 .push(self.now + secs(deadline_s), Event::Deadline { id, serial });
         }
-        self.upstream.enqueue(id);
-        self.start_ready();
+        match &mut self.servers {
+            Servers::Workers(workers) => {
+                workers.enqueue(id);
+                self.start_ready();
+            }
+            Servers::Shared(_) => {
+                let work = self.begin_service(id);
+                if let Servers::Shared(shared) = &mut self.servers {
+                    shared.add(self.now, id, work);
+                }
+                self.schedule_shared();
+            }
+        }
     }
 
+    /// Workers free at `now` pick up the requests waiting longest.
     fn start_ready(&mut self) {
-        let spec = &self.setup.upstream;
-        while let Some(id) = self.upstream.next_to_start(self.now) {
-            let factor = spec.latency_factor.at(self.now);
-            let fails = self.rng.random::<f64>() < spec.error_rate.at(self.now);
-            let request = self.requests[id].as_mut().expect("a live request");
-            let service = &self.setup.classes[request.class].service;
-            request.fails = fails;
-            let at = self.now + service.draw(&mut self.rng, factor);
+        loop {
+            let Servers::Workers(workers) = &mut self.servers else {
+                return;
+            };
+            let Some(id) = workers.next_to_start(self.now) else {
+                return;
+            };
+            let at = self.now + self.begin_service(id);
             self.events.push(at, Event::Served(id));
+        }
+    }
+
+    /// The upstream starts on request `id` at `now`: decides whether it fails, and draws
+    /// the time it takes at the latency factor in force.
+    fn begin_service(&mut self, id: RequestId) -> Nanos {
+        let spec = &self.setup.upstream;
+        let factor = spec.latency_factor.at(self.now);
+        let fails = self.rng.random::<f64>() < spec.error_rate.at(self.now);
+        let request = self.requests[id].as_mut().expect("a live request");
+        let service = &self.setup.classes[request.class].service;
+        request.fails = fails;
+        service.draw(&mut self.rng, factor)
+    }
+
+    fn capacity_changed(&mut self) {
+        match &mut self.servers {
+            Servers::Workers(_) => self.start_ready(),
+            Servers::Shared(shared) => {
+                shared.set_cores(self.now, self.setup.upstream.capacity.at(self.now));
+                self.schedule_shared();
+            }
+        }
+    }
+
+    /// Schedules the processor-sharing upstream's next completion as things stand now.
+    fn schedule_shared(&mut self) {
+        if let Servers::Shared(shared) = &self.servers {
+            if let Some((at, generation)) = shared.next_done() {
+                self.events.push(at, Event::SharedDone(generation));
+            }
+        }
+    }
+
+    fn shared_done(&mut self, generation: u64) {
+        let Servers::Shared(shared) = &self.servers else {
+            return;
+        };
+        if !shared.is_current(generation) {
+            return;
+        }
+        // Serving a request never adds one to the upstream (the next is sent by an event of
+        // its own), so what is done now can be taken out first.
+        let mut done = Vec::new();
+        if let Servers::Shared(shared) = &mut self.servers {
+            while let Some(id) = shared.pop_done(self.now) {
+                done.push(id);
+            }
+        }
+        for id in done {
+            self.served(id);
+        }
+        self.schedule_shared();
+    }
+
+    /// A request leaves a worker (a processor-sharing upstream has already let it go when
+    /// its work was done).
+    fn release_server(&mut self) {
+        if let Servers::Workers(workers) = &mut self.servers {
+            workers.release();
+            self.start_ready();
         }
     }
 
@@ -264,8 +353,7 @@ impl<'a> Sim<'a> {
         if request.abandoned {
             self.requests[id] = None;
             self.free_ids.push(id);
-            self.upstream.release();
-            self.start_ready();
+            self.release_server();
             return;
         }
         if request.fails {
@@ -309,7 +397,6 @@ impl<'a> Sim<'a> {
     fn end_request(&mut self, id: RequestId, failed: bool) {
         let request = self.requests[id].take().expect("a live request");
         self.free_ids.push(id);
-        self.upstream.release();
         let client = &self.setup.classes[request.class].client;
         let pooled = !failed && client.keep_idle.is_some_and(|keep| self.idle < keep);
         if pooled {
@@ -325,7 +412,7 @@ impl<'a> Sim<'a> {
         self.recorder
             .ended(self.now, self.now - request.sent, failed);
         self.next_from(request.class, request.worker);
-        self.start_ready();
+        self.release_server();
     }
 
     /// A closed-loop worker whose request ended sends its next one after thinking.
@@ -457,6 +544,42 @@ mod tests {
         // Little's law: one stream a second held 45 s keeps about 45 connections open.
         let inflight = trace.ticks.last().expect("ticks").inflight;
         assert!((30..60).contains(&inflight), "in-flight {inflight}");
+    }
+
+    #[test]
+    fn shared_cores_slow_every_request_once_they_are_outnumbered() {
+        // Eight clients always holding a request of exactly 100 ms on four shared cores:
+        // each gets half a core, every answer takes 200 ms, and none waits in a queue.
+        let setup = Setup {
+            upstream: UpstreamSpec {
+                discipline: Discipline::ProcessorSharing,
+                ..UpstreamSpec::steady(4)
+            },
+            classes: vec![RequestClass::new(
+                Service::lognormal(0.1, 0.0),
+                Load::closed(8, 0.5),
+            )],
+            duration_s: 20.0,
+        };
+        let mut probe = Probe {
+            limit: 100,
+            ..Probe::default()
+        };
+        let trace = simulate(&setup, 3, &mut probe);
+        let settled: Vec<f64> = probe
+            .samples
+            .iter()
+            .filter(|s| s.0 > secs(5.0))
+            .map(|s| as_secs(s.1))
+            .collect();
+        assert!(settled.len() > 500);
+        assert!(
+            settled.iter().all(|l| (l - 0.2).abs() < 1e-6),
+            "{settled:?}"
+        );
+        // Four cores' worth of 100 ms requests: 40 a second.
+        let goodput = trace.goodput(secs(5.0), secs(20.0));
+        assert!((goodput - 40.0).abs() <= 1.0, "goodput {goodput}");
     }
 
     #[test]

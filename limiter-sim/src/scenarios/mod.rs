@@ -19,9 +19,9 @@ pub mod rig;
 mod slow_query;
 mod streaming;
 
-use limiter_core::{Controller, Outcome};
+use limiter_core::Limits;
 
-use crate::algorithm::AlgorithmChoice;
+use crate::algorithm::{AlgorithmChoice, Unlimited};
 use crate::clients::{Load, RequestClass, Service};
 use crate::clock::{secs, Nanos};
 use crate::criteria::Criterion;
@@ -105,7 +105,7 @@ impl Scenario {
         let mut all = Vec::with_capacity(runs.len());
         for run in &runs {
             all.push(if run.limited {
-                algorithm.with_controller(|c| simulate(&run.setup, seed, c))?
+                algorithm.with_controller(Limits::default(), |c| simulate(&run.setup, seed, c))?
             } else {
                 simulate(&run.setup, seed, &mut Unlimited)
             });
@@ -125,19 +125,6 @@ impl Scenario {
             key_figure,
             traces,
         })
-    }
-}
-
-struct Unlimited;
-
-impl Controller for Unlimited {
-    fn on_sample(&mut self, _: u64, _: u64, _: u32) {}
-    fn on_outcome(&mut self, _: u64, _: Outcome) {}
-    fn update(&mut self, _: u64) -> u32 {
-        u32::MAX
-    }
-    fn limit(&self) -> u32 {
-        u32::MAX
     }
 }
 
