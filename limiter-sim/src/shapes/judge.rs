@@ -247,7 +247,7 @@ fn judgeable(shape: &Shape, per_s: f64, (from, to): (Nanos, Nanos)) -> bool {
 /// How far over the upstream's own p99 service time an answer may come and still count as
 /// served without a wait of note.
 fn p99_allowance(shape: &Shape) -> f64 {
-    if shape.upstream.sigma == 0.0 {
+    if shape.exact_service() {
         P99_EXACT
     } else {
         P99_VARIABLE

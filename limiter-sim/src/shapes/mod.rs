@@ -63,7 +63,8 @@ pub struct UpstreamShape {
     pub servers: Servers,
     /// Median service time.
     pub service: Duration,
-    /// Spread of the lognormal service time (sigma of its logarithm); 0 is an exact one.
+    /// Spread of the lognormal service time (sigma of its logarithm); under 0.01 it is an
+    /// exact one, a sleep.
     pub sigma: f64,
 }
 
@@ -108,8 +109,16 @@ pub enum Demand {
 /// In between, only the criteria every shape has judge it.
 pub const SATURATED_LOAD: f64 = 1.1;
 pub const SPARE_LOAD: f64 = 0.8;
+/// A spread of the service time under this is a sleep's, an exact service time.
+const EXACT_SIGMA_BELOW: f64 = 0.01;
 
 impl Shape {
+    /// A service time that varies no more than a timer's jitter: one request waiting for
+    /// another takes a whole round more.
+    pub fn exact_service(&self) -> bool {
+        self.upstream.sigma < EXACT_SIGMA_BELOW
+    }
+
     /// The upstream's service time while healthy.
     pub fn healthy_service(&self) -> Service {
         Service::lognormal(self.upstream.service.as_secs_f64(), self.upstream.sigma)

@@ -11,6 +11,10 @@ use super::{ClientShape, Demand, Incident, Servers, Shape, UpstreamShape};
 
 /// The shape must be healthy while healthy: demand at most this share of the capacity.
 const HEALTHY_LOAD: f64 = 0.7;
+/// The spread of an exact service time: a sleep's timer (the lab's upstream sleeps). With
+/// none at all every answer takes the same time, which the controller reads as a timer's
+/// and not as evidence of health (docs/control.md).
+const TIMER_JITTER: f64 = 0.003;
 /// The least share of the healthy capacity the clients use.
 const IDLE_LOAD: f64 = 0.1;
 /// The incident's mean service time is at most this, so that its answers come many times
@@ -58,7 +62,7 @@ fn draw(rng: &mut impl Rng) -> Shape {
         Servers::Workers(servers)
     };
     let sigma = if rng.random_bool(0.3) {
-        0.0
+        TIMER_JITTER
     } else {
         (rng.random_range(0.1..=1.5) * 10.0_f64).round() / 10.0
     };

@@ -101,6 +101,7 @@ struct Json<'a> {
     shapes: usize,
     passed: usize,
     families: Vec<FamilyCard<'a>>,
+    judged: &'a [Judged],
 }
 
 impl Scorecard {
@@ -130,6 +131,7 @@ impl Scorecard {
             shapes: self.judged.len(),
             passed: self.passed(),
             families: self.families(),
+            judged: &self.judged,
         })
         .expect("a scorecard serialises")
     }
@@ -171,27 +173,36 @@ impl Scorecard {
             }
             md.push('\n');
         }
-        let _ = writeln!(
-            md,
-            "\nThe worst shapes of each family (`limiter-user simulate --shape SPEC --seed N` \
-             plays one again):\n"
-        );
+        md.push_str("\nThe worst shapes of each family, by number in the sweep:\n\n");
+        md.push_str("| family | worst |\n|---|---|\n");
+        let mut listed: Vec<&Judged> = Vec::new();
         for card in cards.iter().filter(|c| !c.worst.is_empty()) {
-            let _ = writeln!(md, "- {}:", card.family.name());
+            let numbers: Vec<String> = card.worst.iter().map(|j| format!("#{}", j.seed)).collect();
+            let _ = writeln!(md, "| {} | {} |", card.family.name(), numbers.join(", "));
             for judged in &card.worst {
-                let failed: Vec<String> = judged
-                    .failed()
-                    .map(|c| format!("{} {} (bound {})", c.name, figure(c.value), c.bound))
-                    .collect();
-                let _ = writeln!(
-                    md,
-                    "  - `{}` seed {}: {}; {}",
-                    judged.spec,
-                    judged.seed,
-                    failed.join(", "),
-                    judged.figures
-                );
+                if !listed.iter().any(|l| l.seed == judged.seed) {
+                    listed.push(judged);
+                }
             }
+        }
+        listed.sort_by_key(|j| j.seed);
+        md.push_str(
+            "\nThose shapes, each with what it failed and its figures (`limiter-user simulate \
+             --shape SPEC --seed N` plays shape #N again):\n\n",
+        );
+        for judged in listed {
+            let failed: Vec<String> = judged
+                .failed()
+                .map(|c| format!("{} {} (bound {})", c.name, figure(c.value), c.bound))
+                .collect();
+            let _ = writeln!(
+                md,
+                "- #{} `{}`: {}; {}",
+                judged.seed,
+                judged.spec,
+                failed.join(", "),
+                judged.figures
+            );
         }
         md
     }
