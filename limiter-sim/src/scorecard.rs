@@ -177,10 +177,6 @@ impl Cell {
 /// the scorecard markers.
 pub fn scorecard(docs_dir: &Path) -> anyhow::Result<()> {
     let page = docs_dir.join("simulation.md");
-    let text = fs::read_to_string(&page).with_context(|| format!("reading {}", page.display()))?;
-    let (Some(start), Some(end)) = (text.find(START), text.find(END)) else {
-        bail!("{} has no {START} ... {END} section", page.display());
-    };
     fs::create_dir_all(docs_dir.join("img"))?;
     let cells = std::thread::scope(|scope| {
         let workers: Vec<_> = Algorithm::ALL
@@ -192,9 +188,25 @@ pub fn scorecard(docs_dir: &Path) -> anyhow::Result<()> {
             .map(|w| w.join().expect("a scorecard worker panicked"))
             .collect::<anyhow::Result<Vec<Vec<Cell>>>>()
     })?;
-    let section = render(&cells);
-    let updated = format!("{}{START}\n{section}{}", &text[..start], &text[end..]);
-    fs::write(&page, updated).with_context(|| format!("writing {}", page.display()))
+    rewrite_section(&page, (START, END), &render(&cells))
+}
+
+/// Replaces what lies between the `markers` in the file at `page` with `section`.
+pub fn rewrite_section(page: &Path, markers: (&str, &str), section: &str) -> anyhow::Result<()> {
+    let (start_marker, end_marker) = markers;
+    let text = fs::read_to_string(page).with_context(|| format!("reading {}", page.display()))?;
+    let (Some(start), Some(end)) = (text.find(start_marker), text.find(end_marker)) else {
+        bail!(
+            "{} has no {start_marker} ... {end_marker} section",
+            page.display()
+        );
+    };
+    let updated = format!(
+        "{}{start_marker}\n{section}{}",
+        &text[..start],
+        &text[end..]
+    );
+    fs::write(page, updated).with_context(|| format!("writing {}", page.display()))
 }
 
 fn play_all(docs_dir: &Path, algorithm: Algorithm) -> anyhow::Result<Vec<Cell>> {

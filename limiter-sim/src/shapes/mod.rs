@@ -24,7 +24,7 @@ use crate::upstream::{Discipline, UpstreamSpec};
 
 pub use family::Family;
 pub use judge::{play, play_with, PlayedShape, CRITERIA};
-pub use scorecard::{shapes, sweep, Scorecard};
+pub use scorecard::{shapes, sweep, write_docs, Scorecard};
 
 /// The incident starts here, after the healthy phase.
 pub const STEP_S: f64 = 25.0;

@@ -3,7 +3,9 @@
 //! with their figures and the spec to play each again.
 
 use std::fmt::Write as _;
+use std::path::Path;
 
+use limiter_core::Algorithm;
 use rand::SeedableRng;
 use rand_pcg::Pcg64Mcg;
 use serde::Serialize;
@@ -12,6 +14,7 @@ use super::judge::{play, CRITERIA};
 use super::{Family, Shape};
 use crate::algorithm::AlgorithmChoice;
 use crate::criteria::{figure, Criterion};
+use crate::scorecard::rewrite_section;
 use crate::sweep::in_parallel;
 
 /// Worst shapes listed per family.
@@ -206,6 +209,68 @@ impl Scorecard {
         }
         md
     }
+}
+
+const START: &str = "<!-- shapes:start -->";
+const END: &str = "<!-- shapes:end -->";
+const FAMILIES_START: &str = "<!-- families:start -->";
+const FAMILIES_END: &str = "<!-- families:end -->";
+
+/// Sweeps `count` shapes from `seed` with every built-in algorithm and rewrites the parts of
+/// `docs_dir/simulation.md` between the families markers (each family's rule) and between
+/// the shapes markers: the algorithms side by side, then the default algorithm's scorecard.
+pub fn write_docs(docs_dir: &Path, count: u64, seed: u64) -> anyhow::Result<()> {
+    let page = docs_dir.join("simulation.md");
+    let mut rules = String::from("| family | rule |\n|---|---|\n");
+    for family in Family::ALL {
+        let _ = writeln!(rules, "| {} | {} |", family.name(), family.rule());
+    }
+    rewrite_section(&page, (FAMILIES_START, FAMILIES_END), &rules)?;
+    let scorecards = Algorithm::ALL
+        .into_iter()
+        .map(|algorithm| sweep(count, seed, &AlgorithmChoice::Builtin(algorithm)))
+        .collect::<anyhow::Result<Vec<Scorecard>>>()?;
+    let mut md = format!(
+        "`cargo run --release -p limiter-sim --example shapes -- {count} {seed}` regenerates \
+         this section: {count} shapes drawn from seed {seed}, played with every built-in \
+         algorithm.\n\nShapes passing every criterion, per family:\n\n"
+    );
+    md.push_str("| family | shapes |");
+    for scorecard in &scorecards {
+        let _ = write!(md, " {} |", scorecard.algorithm);
+    }
+    md.push_str("\n|---|---|");
+    md.push_str(&"---|".repeat(scorecards.len()));
+    md.push('\n');
+    let cards: Vec<Vec<FamilyCard<'_>>> = scorecards.iter().map(Scorecard::families).collect();
+    for (row, card) in cards[0].iter().enumerate() {
+        let _ = write!(md, "| {} | {} |", card.family.name(), card.shapes);
+        for column in &cards {
+            let _ = write!(md, " {} |", share(column[row].passed, column[row].shapes));
+        }
+        md.push('\n');
+    }
+    md.push_str("\nEach criterion over every shape it judges (passed / judged):\n\n| criterion |");
+    for scorecard in &scorecards {
+        let _ = write!(md, " {} |", scorecard.algorithm);
+    }
+    md.push_str("\n|---|");
+    md.push_str(&"---|".repeat(scorecards.len()));
+    md.push('\n');
+    for (index, column) in CRITERIA.iter().enumerate() {
+        let _ = write!(md, "| {} |", column.name);
+        for all in cards.iter().map(|c| &c[0]) {
+            let count = &all.criteria[index];
+            let _ = write!(md, " {}/{} |", count.passed, count.judged);
+        }
+        md.push('\n');
+    }
+    let _ = write!(
+        md,
+        "\n#### The default algorithm's scorecard\n\n{}",
+        scorecards[0].to_markdown()
+    );
+    rewrite_section(&page, (START, END), &md)
 }
 
 fn card<'a>(family: Family, members: &[&'a Judged]) -> FamilyCard<'a> {
