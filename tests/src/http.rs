@@ -23,7 +23,7 @@ impl SlowHttp {
         std::thread::spawn(move || {
             for stream in listener.incoming().map_while(Result::ok) {
                 let delay = shared.clone();
-                std::thread::spawn(move || serve_http(stream, &delay));
+                std::thread::spawn(move || serve_http(stream, || sleep_ms(&delay)));
             }
         });
         server
@@ -39,7 +39,7 @@ impl SlowHttp {
             let (listener, delay) = (listener.clone(), server.delay_ms.clone());
             std::thread::spawn(move || {
                 for stream in listener.incoming().map_while(Result::ok) {
-                    serve_http(stream, &delay);
+                    serve_http(stream, || sleep_ms(&delay));
                 }
             });
         }
@@ -65,9 +65,13 @@ impl SlowHttp {
     }
 }
 
-/// Serves HTTP/1.1 requests on `stream`, each answered after `delay_ms`, until the client
-/// closes or asks to.
-pub fn serve_http(stream: TcpStream, delay_ms: &AtomicU64) {
+fn sleep_ms(ms: &AtomicU64) {
+    std::thread::sleep(Duration::from_millis(ms.load(Ordering::SeqCst)));
+}
+
+/// Serves HTTP/1.1 requests on `stream`, each answered once `serve` returns, until the
+/// client closes or asks to.
+pub fn serve_http(stream: TcpStream, mut serve: impl FnMut()) {
     let mut reader = BufReader::new(stream.try_clone().unwrap());
     let mut writer = stream;
     loop {
@@ -82,7 +86,7 @@ pub fn serve_http(stream: TcpStream, delay_ms: &AtomicU64) {
                 Ok(_) => close |= line.to_ascii_lowercase().starts_with("connection: close"),
             }
         }
-        std::thread::sleep(Duration::from_millis(delay_ms.load(Ordering::SeqCst)));
+        serve();
         let head = if close { "Connection: close\r\n" } else { "" };
         let response = format!("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n{head}\r\nok");
         if writer.write_all(response.as_bytes()).is_err() || close {

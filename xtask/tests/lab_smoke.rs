@@ -6,6 +6,16 @@ use std::process::{Command, Stdio};
 
 use limiter_integration_tests::{cgroup2_mount, kernel_test};
 
+/// The rig's shapes, as `cargo xtask lab --shapes` names them.
+const SHAPES: [&str; 6] = [
+    "workers-8",
+    "workers-32",
+    "workers-128",
+    "lognormal",
+    "cores-16",
+    "spare",
+];
+
 #[kernel_test]
 fn one_short_iteration_of_every_run_writes_the_report_and_cleans_up() {
     let out = tempfile::tempdir().unwrap();
@@ -31,18 +41,24 @@ fn one_short_iteration_of_every_run_writes_the_report_and_cleans_up() {
     for section in [
         "## Targets",
         "## nginx rig",
-        "### limiter in shadow",
+        "### cores-16: 16 cores shared",
+        "#### limiter in shadow",
         "## pgbench",
     ] {
         assert!(text.contains(section), "no {section} in:\n{text}");
     }
-    for picture in ["img/lab-nginx.svg", "img/lab-pgbench.svg"] {
+    let shapes = SHAPES.map(|s| format!("img/lab-nginx-{s}.svg"));
+    for picture in shapes
+        .iter()
+        .map(String::as_str)
+        .chain(["img/lab-pgbench.svg"])
+    {
         assert!(text.contains(picture), "{picture} is not linked");
         let svg = std::fs::read_to_string(out.path().join(picture)).unwrap();
         assert!(svg.contains("<svg"), "{picture} is not an SVG");
     }
     // The agent's windows, as JSON lines: a smoke run's few seconds may close none.
-    for run in ["nginx-prod", "nginx-shadow", "pgbench-prod"] {
+    for run in ["nginx-workers-8-prod", "nginx-spare-shadow", "pgbench-prod"] {
         let path = series.join(format!("{run}-windows.jsonl"));
         let lines = std::fs::read_to_string(&path).unwrap();
         for line in lines.lines() {
@@ -51,7 +67,7 @@ fn one_short_iteration_of_every_run_writes_the_report_and_cleans_up() {
         }
     }
     assert_eq!(
-        std::fs::read_to_string(series.join("nginx-none-windows.jsonl")).unwrap(),
+        std::fs::read_to_string(series.join("nginx-workers-32-none-windows.jsonl")).unwrap(),
         "",
         "no agent, no windows"
     );

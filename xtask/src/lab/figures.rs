@@ -62,8 +62,11 @@ pub fn phase(requests: &[Request], ticks: &[Tick], (start, end): (f64, f64)) -> 
         p99_ms: latency_ms(0.99),
         bad_gateway_per_s: per_second(BAD_GATEWAY),
         timeout_per_s: per_second(GATEWAY_TIMEOUT),
-        held_mean: readings.iter().map(|t| t.held as f64).sum::<f64>()
-            / readings.len().max(1) as f64,
+        held_mean: if readings.is_empty() {
+            0.0
+        } else {
+            readings.iter().map(|t| t.held as f64).sum::<f64>() / readings.len() as f64
+        },
         held_max: readings.iter().map(|t| t.held).max().unwrap_or(0),
         shed: counted(|t| t.limiter.as_ref().map(|g| g.shed)),
         would_shed: counted(|t| t.limiter.as_ref().map(|g| g.would_shed)),

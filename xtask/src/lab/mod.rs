@@ -1,7 +1,8 @@
 //! `cargo xtask lab`: the limiter against unmodified programs on real traffic. nginx
-//! proxies to an upstream with bounded workers whose service time rises 27-fold for a
-//! while, and pgbench opens a connection per transaction to PostgreSQL, each with no
-//! limiter and with it; docs/lab.md gets what happened. Every process, cgroup, namespace,
+//! proxies to upstreams of several shapes (few or many workers, exact or variable service
+//! times, shared cores, workers to spare) whose service time rises for a while, and pgbench
+//! opens a connection per transaction to PostgreSQL, each with no limiter and with it;
+//! docs/lab.md gets what happened. Every process, cgroup, namespace,
 //! directory and pin it makes is gone when it ends, however it ends.
 
 mod access_log;
@@ -15,6 +16,7 @@ mod report;
 mod rig;
 mod sampler;
 mod series;
+mod shape;
 mod tools;
 mod upstream;
 
@@ -31,6 +33,7 @@ use limiter_integration_tests::Cluster;
 use crate::bench::{self, binaries::Binaries, machine::Machine};
 use limiter::Limiter;
 use phases::Phases;
+use shape::RigShape;
 
 #[derive(Args)]
 pub struct Options {
@@ -53,7 +56,11 @@ pub struct Options {
     /// Seconds of each of pgbench's three phases (healthy, slow queries, healthy).
     #[arg(long, value_name = "SECS", default_value_t = 20)]
     pgbench_phase: u64,
-    /// The nginx rig's runs, in order (none of them: `--nginx` with no value).
+    /// The nginx rig's upstreams, in order (none of them: `--shapes` with no value).
+    #[arg(long, value_delimiter = ',', num_args = 0.., default_values_t = shape::SHAPES, value_parser = shape::by_slug)]
+    shapes: Vec<RigShape>,
+    /// The nginx rig's runs on each upstream, in order (none of them: `--nginx` with no
+    /// value).
     #[arg(long, value_enum, value_delimiter = ',', num_args = 0.., default_value = "none,prod,shadow")]
     nginx: Vec<Limiter>,
     /// pgbench's runs, in order, each beside a twin without the limiter; each kind is judged
@@ -129,23 +136,30 @@ pub fn run(options: Options) -> Result<()> {
         };
         format!(
             "cargo xtask lab --healthy {} --incident {} --recovery {} --pgbench-phase {} \
-             --nginx {} --pgbench {}",
+             --shapes {} --nginx {} --pgbench {}",
             options.healthy,
             options.incident,
             options.recovery,
             options.pgbench_phase,
+            options
+                .shapes
+                .iter()
+                .map(|s| s.slug)
+                .collect::<Vec<_>>()
+                .join(","),
             runs(&options.nginx),
             runs(&options.pgbench)
         )
     };
 
-    let upstream = upstream::Upstream::start()?;
     let mut rig_runs = Vec::new();
-    for &limiter in &options.nginx {
-        eprintln!("lab: nginx, {}", limiter.label());
-        rig_runs.push(rig::run(&bins, rig_phases, limiter, &upstream)?);
+    for &shape in &options.shapes {
+        let upstream = upstream::Upstream::start(&shape)?;
+        for &limiter in &options.nginx {
+            eprintln!("lab: nginx, {}, {}", shape.slug, limiter.label());
+            rig_runs.push(rig::run(&bins, rig_phases, limiter, shape, &upstream)?);
+        }
     }
-    drop(upstream);
     let cluster = Cluster::start(&postgres.bin, None)?;
     let mut pg_runs = Vec::new();
     for limiter in options.pgbench_runs() {
@@ -159,14 +173,22 @@ pub fn run(options: Options) -> Result<()> {
     let images = out.parent().unwrap_or(Path::new(".")).join("img");
     std::fs::create_dir_all(&images)
         .with_context(|| format!("cannot create {}", images.display()))?;
-    let pictures = report::Pictures {
-        rig: "img/lab-nginx.svg".into(),
-        pgbench: "img/lab-pgbench.svg".into(),
-    };
     if let Some(dir) = &options.series {
         series::write(dir, &rig_runs, &pg_runs)?;
     }
-    plot::rig(&images.join("lab-nginx.svg"), &rig_runs)?;
+    let mut pictures = report::Pictures {
+        rig: Vec::new(),
+        pgbench: "img/lab-pgbench.svg".into(),
+    };
+    for shape in &options.shapes {
+        let runs: Vec<&rig::RigRun> = rig_runs.iter().filter(|r| r.shape == *shape).collect();
+        if runs.is_empty() {
+            continue;
+        }
+        let name = format!("lab-nginx-{}.svg", shape.slug);
+        plot::rig(&images.join(&name), &runs)?;
+        pictures.rig.push((*shape, format!("img/{name}")));
+    }
     plot::pgbench(&images.join("lab-pgbench.svg"), &pg_runs)?;
     let markdown = report::Report {
         machine,

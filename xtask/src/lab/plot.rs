@@ -46,7 +46,8 @@ const SERVED: RGBColor = RGBColor(40, 40, 40);
 const REFUSED: RGBColor = RGBColor(230, 140, 20);
 const TIMED_OUT: RGBColor = RGBColor(150, 50, 170);
 
-pub fn rig(path: &Path, runs: &[RigRun]) -> Result<()> {
+/// The runs on one shape of upstream.
+pub fn rig(path: &Path, runs: &[&RigRun]) -> Result<()> {
     let columns = runs
         .iter()
         .map(|run| {
@@ -94,11 +95,10 @@ pub fn rig(path: &Path, runs: &[RigRun]) -> Result<()> {
             }
         })
         .collect::<Vec<_>>();
-    draw(
-        path,
-        "nginx to an upstream of 32 workers whose service time goes 30 -> 810 -> 30 ms",
-        &columns,
-    )
+    let title = runs.first().map_or(String::new(), |r| {
+        format!("nginx to an upstream of {}", r.shape.describe())
+    });
+    draw(path, &title, &columns)
 }
 
 /// One column per kind of run: the first of each (the runs repeat for their tps only).

@@ -8,13 +8,14 @@ use super::{
     pgbench::{self, PgRun},
     phases::{Phase, Phases},
     rig::{self, RigRun},
-    upstream,
+    shape::{RigShape, Servers},
 };
 use crate::bench::machine::{command_line, Machine};
 use crate::bench::stats::median;
 
 pub struct Pictures {
-    pub rig: String,
+    /// One per shape, in the order they ran.
+    pub rig: Vec<(RigShape, String)>,
     pub pgbench: String,
 }
 
@@ -29,15 +30,19 @@ pub struct Report<'a> {
     pub pictures: Pictures,
 }
 
-/// Incident goodput must reach this share of what the upstream can serve.
-const INCIDENT_GOODPUT: f64 = 0.9;
-/// p99 of admitted requests, as a multiple of the upstream's service time.
-const P99_OVER_SERVICE: f64 = 1.3;
+/// The simulator's criteria for shapes (docs/simulation.md, "Criteria"). A saturated
+/// upstream's goodput must reach this share of what it can serve, and its twin's less
+/// `TWIN_SLACK`; one with workers to spare, this share of its twin's.
+const SATURATED_GOODPUT: f64 = 0.9;
+const TWIN_SLACK: f64 = 0.05;
+const SPARE_GOODPUT: f64 = 0.9;
 const RECOVERY_S: f64 = 5.0;
 /// The incident's targets are judged from this far into it, as the simulator judges its
-/// incident scenario: at the step, every request in flight waits out the slow service
-/// time whatever any limit does, and the first slow answers take that long to arrive.
+/// shapes: at the step, every request in flight waits out the slow service time whatever
+/// any limit does, and the first slow answers take that long to arrive. A slower upstream
+/// with workers to spare is given longer.
 const SETTLE_S: f64 = 10.0;
+const SETTLE_SPARE_S: f64 = 20.0;
 /// pgbench's throughput with the limiter against without it.
 const PGBENCH_TPS: f64 = 0.97;
 
@@ -45,7 +50,7 @@ const PGBENCH_TPS: f64 = 0.97;
 struct RigFigures<'a> {
     run: &'a RigRun,
     phases: Vec<(Phase, PhaseFigures)>,
-    /// The incident from [`SETTLE_S`] on.
+    /// The incident from [`RigFigures::settle_s`] on.
     settled: PhaseFigures,
     recovery_s: Option<f64>,
 }
@@ -69,7 +74,7 @@ impl<'a> RigFigures<'a> {
         let settled = figures::phase(
             &run.requests,
             &run.ticks,
-            ((start + SETTLE_S).min(end), end),
+            ((start + settle_s(&run.shape)).min(end), end),
         );
         RigFigures {
             run,
@@ -96,16 +101,84 @@ impl<'a> RigFigures<'a> {
         }
     }
 
-    /// The phases' rows, the incident's followed by its part from [`SETTLE_S`] on.
+    /// The phases' rows, the incident's followed by its part from its settling time on.
     fn rows(&self) -> Vec<(String, &PhaseFigures)> {
         let mut rows = Vec::new();
         for (phase, p) in &self.phases {
             rows.push((phase.label().to_string(), p));
             if *phase == Phase::Incident {
-                rows.push((format!("incident from {SETTLE_S:.0} s in"), &self.settled));
+                let settle = settle_s(&self.run.shape);
+                rows.push((format!("incident from {settle:.0} s in"), &self.settled));
             }
         }
         rows
+    }
+
+    /// The simulator's criteria for the run's shape, each with its verdict, or `None` where
+    /// it does not apply (what only a limiter does, or a comparison without a twin).
+    fn criteria(&self, twin: Option<&RigFigures>) -> Vec<(String, Option<(bool, String)>)> {
+        let shape = &self.run.shape;
+        let limited = self.run.limiter != Limiter::None;
+        let settle = settle_s(shape);
+        let goodput = self.settled.goodput;
+        let against_twin = |share: f64| {
+            twin.filter(|_| limited).map(|t| {
+                let ratio = goodput / t.settled.goodput.max(f64::MIN_POSITIVE);
+                (
+                    ratio >= share,
+                    format!(
+                        "{ratio:.2}: {goodput:.1}/s against {:.1}/s",
+                        t.settled.goodput
+                    ),
+                )
+            })
+        };
+        let mut criteria = vec![(
+            "healthy: refused".to_string(),
+            self.shed(Phase::Healthy).map(|n| (n == 0, n.to_string())),
+        )];
+        if shape.saturated() {
+            let capacity = shape.capacity(shape.slow);
+            let service_p99 = shape.service_p99_ms(shape.slow);
+            let bound = shape.p99_bound();
+            criteria.push((
+                format!("saturated: goodput from {settle:.0} s in >= {SATURATED_GOODPUT} x capacity ({capacity:.1}/s)"),
+                Some((goodput >= SATURATED_GOODPUT * capacity, format!("{goodput:.1}/s"))),
+            ));
+            criteria.push((
+                format!("saturated: p99 from {settle:.0} s in <= {bound} x the service's ({service_p99:.0} ms)"),
+                Some(match self.settled.p99_ms {
+                    None => (false, "no requests".into()),
+                    Some(p99) => (p99 <= bound * service_p99, format!("{p99:.0} ms")),
+                }),
+            ));
+            criteria.push((
+                format!("saturated: goodput >= {} x the twin's", 1.0 - TWIN_SLACK),
+                against_twin(1.0 - TWIN_SLACK),
+            ));
+        }
+        if shape.spare() {
+            criteria.push((
+                format!("spare: goodput from {settle:.0} s in >= {SPARE_GOODPUT} x the twin's"),
+                against_twin(SPARE_GOODPUT),
+            ));
+        }
+        criteria.push((
+            format!("recovery <= {RECOVERY_S} s"),
+            Some(match self.recovery_s {
+                None => (false, "not within the recovery phase".into()),
+                Some(s) => (s <= RECOVERY_S, format!("{s:.0} s")),
+            }),
+        ));
+        criteria
+    }
+}
+
+fn settle_s(shape: &RigShape) -> f64 {
+    if shape.spare() {
+        SETTLE_SPARE_S
+    } else {
+        SETTLE_S
     }
 }
 
@@ -146,14 +219,14 @@ impl Report<'_> {
              of the lab's own:\n\n\
              - **nginx rig.** nginx ({nginx}, {workers} workers, a new upstream connection per \
              request, `proxy_read_timeout {timeout}s`) in a cgroup of its own, which the limiter \
-             protects; it proxies to an HTTP upstream with {upstream_workers} workers (connections \
-             beyond them wait in its listen queue) in a network namespace of its own, reached over \
-             a veth pair. wrk ({wrk}) runs outside that cgroup with {clients} keep-alive \
-             connections and {think} ms of think time between a response and the next request. \
-             Phases: healthy ({h} s at {healthy_ms} ms of service time), incident ({i} s at \
-             {slow_ms} ms: the upstream's own dependency slowed, its workers are all there), \
-             recovery ({r} s at {healthy_ms} ms). Runs, in order: {rig_runs}; each with the \
-             limiter's defaults and a fresh nginx.\n\
+             protects; it proxies to an HTTP upstream in a network namespace of its own, reached \
+             over a veth pair. wrk ({wrk}) runs outside that cgroup with keep-alive connections \
+             and a think time between a response and the next request. Phases: healthy ({h} s), \
+             incident ({i} s: the upstream's own dependency slowed, its servers are all there), \
+             recovery ({r} s). The upstreams, each a shape of the simulator's \
+             (docs/simulation.md, \"Shapes\") and judged by its criteria, are in the table \
+             below. Runs on each, in order: {rig_runs}; each with the limiter's defaults and a \
+             fresh nginx.\n\
              - **pgbench.** {pgbench} with a connection per transaction (`-C`, {pg_clients} \
              clients) in a cgroup of its own, against a PostgreSQL cluster the lab makes with \
              initdb and runs on a loopback port. Each transaction is `SELECT pg_sleep(d)`: d is 0 \
@@ -170,20 +243,20 @@ impl Report<'_> {
              in the second before, {idle_after} after): the figures are noisy, and a second run \
              gives different ones.\n\n",
             command = self.command,
-            rig_runs = run_order(self.rig.iter().map(|r| r.limiter)),
+            rig_runs = run_order(
+                self.rig
+                    .iter()
+                    .filter(|r| Some(&r.shape) == self.shapes().first())
+                    .map(|r| r.limiter)
+            ),
             pg_runs = run_order(self.pgbench.iter().map(|r| r.limiter)),
             nginx = version("nginx", &["-v"]),
             workers = rig::NGINX_WORKERS,
             timeout = rig::READ_TIMEOUT.as_secs(),
-            upstream_workers = upstream::WORKERS,
             wrk = version("wrk", &["-v"]),
-            clients = rig::CLIENTS,
-            think = rig::THINK.as_millis(),
             h = secs(&self.rig_phases, Phase::Healthy),
             i = secs(&self.rig_phases, Phase::Incident),
             r = secs(&self.rig_phases, Phase::Recovery),
-            healthy_ms = upstream::HEALTHY.as_millis(),
-            slow_ms = upstream::SLOW.as_millis(),
             pgbench = self.pgbench_version,
             pg_clients = pgbench::CLIENTS,
             ph = secs(&self.pg_phases, Phase::Healthy),
@@ -202,87 +275,103 @@ impl Report<'_> {
                 .idle_after
                 .map_or("-".into(), |v| format!("{v:.0} %")),
         );
+        self.render_shapes(out);
+    }
+
+    /// The shapes the rig ran, in order.
+    fn shapes(&self) -> Vec<RigShape> {
+        let mut shapes: Vec<RigShape> = Vec::new();
+        for run in self.rig {
+            if !shapes.contains(&run.shape) {
+                shapes.push(run.shape);
+            }
+        }
+        shapes
+    }
+
+    fn render_shapes(&self, out: &mut String) {
+        let shapes = self.shapes();
+        if shapes.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            out,
+            "| shape | servers | service time (median, healthy -> incident) | wrk connections, think time | capacity healthy / incident | demand healthy / incident | incident |\n\
+             |---|---|---|---|---|---|---|"
+        );
+        for shape in shapes {
+            let servers = match shape.servers {
+                Servers::Workers(n) => format!("{n} workers"),
+                Servers::Cores(n) => format!("{n} cores shared (processor sharing)"),
+            };
+            let service = if shape.sigma == 0.0 {
+                "exact (a sleep)".to_string()
+            } else {
+                format!("lognormal, sigma {}", shape.sigma)
+            };
+            let kind = if shape.saturated() {
+                "saturated"
+            } else {
+                "workers to spare"
+            };
+            let _ = writeln!(
+                out,
+                "| {} | {servers} | {} -> {} ms, {service} | {}, {} ms | {:.1}/s / {:.1}/s | {:.1}/s / {:.1}/s | {kind} |",
+                shape.slug,
+                shape.healthy.as_millis(),
+                shape.slow.as_millis(),
+                shape.clients,
+                shape.think.as_millis(),
+                shape.capacity(shape.healthy),
+                shape.capacity(shape.slow),
+                shape.demand(shape.healthy),
+                shape.demand(shape.slow),
+            );
+        }
+        let _ = writeln!(out);
     }
 
     fn render_targets(&self, out: &mut String, rig: &[RigFigures]) {
-        let capacity = upstream::capacity(upstream::SLOW);
         let _ = writeln!(out, "## Targets\n");
-        let _ = write!(out, "| target |");
-        for f in rig {
-            let _ = write!(out, " {} |", f.run.limiter.label());
-        }
-        let _ = write!(out, "\n|---|");
-        for _ in rig {
-            let _ = write!(out, "---|");
-        }
-        let _ = writeln!(out);
-        let row = |out: &mut String, name: String, cell: &dyn Fn(&RigFigures) -> String| {
-            let _ = write!(out, "| {name} |");
-            for f in rig {
-                let _ = write!(out, " {} |", cell(f));
+        if let Some(first) = rig.first() {
+            let columns: Vec<&RigFigures> = rig
+                .iter()
+                .filter(|f| f.run.shape == first.run.shape)
+                .collect();
+            let _ = write!(out, "| shape | criterion |");
+            for f in &columns {
+                let _ = write!(out, " {} |", f.run.limiter.label());
             }
-            let _ = writeln!(out);
-        };
-        row(
-            out,
-            "0 shed while healthy (shadow: would_shed)".into(),
-            &|f| match f.shed(Phase::Healthy) {
-                None => "n/a".into(),
-                Some(n) => verdict(n == 0, n.to_string()),
-            },
-        );
-        row(
-            out,
-            format!(
-                "incident goodput from {SETTLE_S:.0} s in >= {:.0} % of the upstream's capacity \
-                 ({capacity:.1}/s)",
-                INCIDENT_GOODPUT * 100.0
-            ),
-            &|f| {
-                let (g, whole) = (f.settled.goodput, f.of(Phase::Incident).goodput);
-                verdict(
-                    g >= INCIDENT_GOODPUT * capacity,
-                    format!("{g:.1}/s; whole phase {whole:.1}/s"),
-                )
-            },
-        );
-        let p99 =
-            |service: std::time::Duration, judged: &PhaseFigures, whole: Option<&PhaseFigures>| {
-                let bound = P99_OVER_SERVICE * service.as_secs_f64() * 1e3;
-                let Some(p99) = judged.p99_ms else {
-                    return "no requests".to_string();
-                };
-                let also = whole
-                    .and_then(|w| w.p99_ms)
-                    .map_or(String::new(), |w| format!("; whole phase {w:.0} ms"));
-                verdict(p99 <= bound, format!("{p99:.0} ms{also}"))
-            };
-        row(
-            out,
-            format!(
-                "p99 of admitted requests, healthy, <= {P99_OVER_SERVICE} x {} ms",
-                upstream::HEALTHY.as_millis()
-            ),
-            &|f| p99(upstream::HEALTHY, f.of(Phase::Healthy), None),
-        );
-        row(
-            out,
-            format!(
-                "p99 of admitted requests, incident from {SETTLE_S:.0} s in, <= \
-                 {P99_OVER_SERVICE} x {} ms",
-                upstream::SLOW.as_millis()
-            ),
-            &|f| p99(upstream::SLOW, &f.settled, Some(f.of(Phase::Incident))),
-        );
-        row(
-            out,
-            format!("recovery <= {RECOVERY_S} s"),
-            &|f| match f.recovery_s {
-                None => "**not met** (not within the recovery phase)".into(),
-                Some(s) => verdict(s <= RECOVERY_S, format!("{s:.0} s")),
-            },
-        );
-        let _ = writeln!(out);
+            let _ = writeln!(out, "\n|---|---|{}", "---|".repeat(columns.len()));
+            let mut met: Vec<usize> = vec![0; columns.len()];
+            for shape in self.shapes() {
+                let runs: Vec<&RigFigures> = rig.iter().filter(|f| f.run.shape == shape).collect();
+                let twin = runs
+                    .iter()
+                    .copied()
+                    .find(|f| f.run.limiter == Limiter::None);
+                let judged: Vec<_> = runs.iter().map(|f| f.criteria(twin)).collect();
+                for (i, j) in judged.iter().enumerate() {
+                    met[i] += usize::from(j.iter().all(|(_, v)| v.as_ref().is_none_or(|v| v.0)));
+                }
+                for (row, (name, _)) in judged[0].iter().enumerate() {
+                    let _ = write!(out, "| {} | {name} |", shape.slug);
+                    for j in &judged {
+                        let cell = match &j[row].1 {
+                            None => "n/a".to_string(),
+                            Some((ok, value)) => verdict(*ok, value.clone()),
+                        };
+                        let _ = write!(out, " {cell} |");
+                    }
+                    let _ = writeln!(out);
+                }
+            }
+            let _ = write!(out, "| **all** | shapes meeting every criterion |");
+            for m in met {
+                let _ = write!(out, " {m} of {} |", self.shapes().len());
+            }
+            let _ = writeln!(out, "\n");
+        }
         // Each pgbench run is judged against its twin, which ran beside it without the
         // limiter; the runs of a kind by the median of their ratios.
         for kind in Limiter::kinds(self.pgbench.iter().map(|r| r.limiter)) {
@@ -324,58 +413,69 @@ impl Report<'_> {
         if rig.is_empty() {
             return;
         }
-        let _ = writeln!(
-            out,
-            "## nginx rig\n\n![limit, in-flight and goodput over time]({})\n",
-            self.pictures.rig
-        );
-        for f in rig {
-            let shed = match f.run.limiter {
-                Limiter::Shadow => "would_shed",
-                _ => "shed",
-            };
+        let _ = writeln!(out, "## nginx rig\n");
+        for (shape, picture) in &self.pictures.rig {
             let _ = writeln!(
                 out,
-                "### {}\n\n\
+                "### {}: {}\n\n![limit, in-flight and goodput over time]({picture})\n",
+                shape.slug,
+                shape.describe()
+            );
+            let runs: Vec<&RigFigures> = rig.iter().filter(|f| f.run.shape == *shape).collect();
+            render_runs(out, &runs);
+        }
+    }
+}
+
+fn render_runs(out: &mut String, rig: &[&RigFigures]) {
+    for f in rig {
+        let shed = match f.run.limiter {
+            Limiter::Shadow => "would_shed",
+            _ => "shed",
+        };
+        let _ = writeln!(
+                out,
+                "#### {}\n\n\
                  | phase | goodput /s | p50 ms | p99 ms | 502 /s | 504 /s | held to upstream (mean / max) | {shed} | limit (min - max) |\n\
                  |---|---|---|---|---|---|---|---|---|",
                 f.run.limiter.label()
             );
-            for (label, p) in f.rows() {
-                let _ = writeln!(
-                    out,
-                    "| {} | {:.1} | {} | {} | {:.1} | {:.1} | {:.1} / {} | {} | {} |",
-                    label,
-                    p.goodput,
-                    ms(p.p50_ms),
-                    ms(p.p99_ms),
-                    p.bad_gateway_per_s,
-                    p.timeout_per_s,
-                    p.held_mean,
-                    p.held_max,
-                    f.shed_in(p).map_or("-".into(), |n| n.to_string()),
-                    p.limit_range
-                        .map_or("-".into(), |(lo, hi)| format!("{lo} - {hi}")),
-                );
-            }
-            let e = &f.run.wrk.errors;
+        for (label, p) in f.rows() {
             let _ = writeln!(
                 out,
-                "\nRecovery: {}. wrk: {} responses, socket errors: connect {}, read {}, write {}, \
-                 timeout {}.\n",
-                f.recovery_s.map_or(
-                    "goodput not back within the recovery phase".into(),
-                    |s| format!("{s:.0} s to goodput back at 90 % of healthy")
-                ),
-                f.run.wrk.requests,
-                e.connect,
-                e.read,
-                e.write,
-                e.timeout
+                "| {} | {:.1} | {} | {} | {:.1} | {:.1} | {:.1} / {} | {} | {} |",
+                label,
+                p.goodput,
+                ms(p.p50_ms),
+                ms(p.p99_ms),
+                p.bad_gateway_per_s,
+                p.timeout_per_s,
+                p.held_mean,
+                p.held_max,
+                f.shed_in(p).map_or("-".into(), |n| n.to_string()),
+                p.limit_range
+                    .map_or("-".into(), |(lo, hi)| format!("{lo} - {hi}")),
             );
         }
+        let e = &f.run.wrk.errors;
+        let _ = writeln!(
+            out,
+            "\nRecovery: {}. wrk: {} responses, socket errors: connect {}, read {}, write {}, \
+                 timeout {}.\n",
+            f.recovery_s.map_or(
+                "goodput not back within the recovery phase".into(),
+                |s| format!("{s:.0} s to goodput back at 90 % of healthy")
+            ),
+            f.run.wrk.requests,
+            e.connect,
+            e.read,
+            e.write,
+            e.timeout
+        );
     }
+}
 
+impl Report<'_> {
     fn render_pgbench(&self, out: &mut String) {
         if self.pgbench.is_empty() {
             return;
@@ -441,45 +541,39 @@ impl Report<'_> {
         let _ = writeln!(
             out,
             "## Reading the figures\n\n\
-             - Goodput: 200 answers per second, by the second nginx logged them. The upstream can \
-             serve {workers} / service time: {healthy:.0}/s healthy, {slow:.1}/s in the incident; \
-             wrk asks for about {clients} / (think time + response time).\n\
+             - Capacity: the upstream's servers over its mean service time (a lognormal's mean \
+             is its median times e^(sigma^2 / 2)). Demand: wrk's connections over think time \
+             plus mean service time, what they would ask with no wait. A shape is saturated when \
+             demand in the incident is at least 1.1x the capacity, and has workers to spare at \
+             most 0.8x, as the simulator's families say.\n\
+             - Goodput: 200 answers per second, by the second nginx logged them.\n\
              - p50 and p99 are nginx's request times over the requests it gave the upstream \
              (everything but its 502s, which is what it answers when the limiter refuses the \
-             connect); a 504 counts at the {timeout} s it waited.\n\
+             connect); a 504 counts at the {timeout} s it waited. The bound is the upstream's own \
+             p99 service time in the incident (its median times e^(2.326 sigma)) times 1.3 for \
+             an exact one, 1.5 for one that varies.\n\
+             - The twin: the run with no limiter on the same shape. Comparisons with it are over \
+             the same part of the incident.\n\
              - Held to upstream: TCP connections from nginx's namespace to the upstream, \
              connecting, established or closed by the upstream and not yet by nginx, whether a \
-             limiter runs or not.\n\
-             - Incident from {settle:.0} s in: the incident's targets are judged there, as the \
-             simulator judges its incident scenario. At the step every request in flight \
-             waits out the slow service time whatever a limit does, and with nginx's {timeout} s \
-             timeout the first of them end as 504s; the whole phase's figures are shown beside \
-             them.\n\
+             limiter runs or not. Upstream workers busy: workers holding a connection, or \
+             requests on the shared cores.\n\
+             - Incident from {settle:.0} s in ({spare:.0} s with workers to spare): the incident's \
+             targets are judged there, as the simulator judges its shapes. At the step every \
+             request in flight waits out the slow service time whatever a limit does, and with \
+             nginx's {timeout} s timeout the first of them end as 504s; the whole phase's \
+             figures are shown beside them.\n\
              - Recovery: from the upstream's restore to the end of the first second from which \
              goodput stays at {recovered:.0} % of the healthy phase's for {hold} s, in whole seconds.\n\
              - Shed and would_shed: the limiter's own counters, over the phase.\n\
-             - With no limiter, the incident's {clients} connections meet {workers} workers: nginx \
-             gives up after {timeout} s (504) while the requests it abandoned still wait in the \
-             upstream's listen queue and are served later, for nobody. Goodput then falls far \
-             below the upstream's capacity; a limit near its workers' count would serve it.\n\
-             - In-flight above the workers costs the incident's p99 a whole service time: the \
-             upstream sleeps exactly {slow_ms} ms, and its {workers} workers, all started by the \
-             incident's first requests at once, stay in step, answering together and taking the \
-             next {workers} connections from the listen queue together. A connection beyond the \
-             {workers} waits for the next round, so at a limit of {workers} + k, k of each \
-             round's {workers} answers take up to twice the service time, and a p99 within 1.3x \
-             it needs the limit at or under the workers. The limiter counts the workers from \
-             those waits and holds the limit there once it follows the slowdown (docs/control.md, \
-             workers that answer in step). An upstream whose service times vary falls out of \
-             step, and a queue of k waits about k / {workers} of a service time.",
-            slow_ms = upstream::SLOW.as_millis(),
-            workers = upstream::WORKERS,
-            healthy = upstream::capacity(upstream::HEALTHY),
-            slow = upstream::capacity(upstream::SLOW),
-            clients = rig::CLIENTS,
+             - With no limiter, a saturated upstream's queue grows past nginx's {timeout} s: \
+             nginx gives up (504) while the requests it abandoned still wait in the upstream's \
+             listen queue, or share its cores, and are served later, for nobody. Goodput then \
+             falls far below the upstream's capacity; a limit near what it can hold would serve it.",
             timeout = rig::READ_TIMEOUT.as_secs(),
             recovered = figures::RECOVERED * 100.0,
             settle = SETTLE_S,
+            spare = SETTLE_SPARE_S,
             hold = figures::RECOVERED_FOR_S,
         );
     }
@@ -493,7 +587,7 @@ fn render_running(out: &mut String) {
          ```sh\n\
          sudo apt-get install -y clang libbpf-dev bpftool iproute2 nginx wrk postgresql && sudo -E env \"PATH=$PATH\" cargo xtask lab\n\
          ```\n\n\
-         It builds the agent in release, takes about fourteen minutes with the default phases \
+         It builds the agent in release, takes about half an hour with the default phases \
          (`--healthy`, `--incident`, `--recovery` and `--pgbench-phase` set them, in seconds), \
          and replaces this file and its pictures (`--out` writes them elsewhere). nginx, wrk, \
          PostgreSQL and pgbench are started by the lab with configurations of its own, never as \

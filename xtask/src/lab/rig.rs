@@ -1,6 +1,6 @@
 //! One run of the nginx rig: nginx (2 workers, a new upstream connection per request,
 //! `proxy_read_timeout 2s`) in a limited cgroup of its own, proxying to the upstream; wrk
-//! from outside that cgroup with 100 keep-alive connections and 250 ms of think time; the
+//! from outside that cgroup with the shape's keep-alive connections and think time; the
 //! upstream healthy, then slow, then healthy again.
 
 use std::{
@@ -16,7 +16,8 @@ use super::{
     limiter::{logged_windows, Limiter},
     phases::{Phase, Phases},
     sampler::Tick,
-    upstream::{self, Upstream},
+    shape::RigShape,
+    upstream::Upstream,
 };
 use crate::bench::{
     binaries::Binaries,
@@ -25,15 +26,14 @@ use crate::bench::{
 };
 
 pub const NGINX_WORKERS: usize = 2;
-pub const CLIENTS: usize = 100;
 const WRK_THREADS: usize = 2;
-pub const THINK: Duration = Duration::from_millis(250);
 /// nginx answers 504 after this long without a response.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(2);
 /// wrk waits longer than nginx, so that it sees nginx's 504s rather than timing out itself.
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub struct RigRun {
+    pub shape: RigShape,
     pub limiter: Limiter,
     pub phases: Phases,
     pub ticks: Vec<Tick>,
@@ -43,11 +43,17 @@ pub struct RigRun {
     pub windows: String,
 }
 
-pub fn run(bins: &Binaries, phases: Phases, limiter: Limiter, up: &Upstream) -> Result<RigRun> {
+pub fn run(
+    bins: &Binaries,
+    phases: Phases,
+    limiter: Limiter,
+    shape: RigShape,
+    up: &Upstream,
+) -> Result<RigRun> {
     let SocketAddr::V4(destination) = up.addr else {
         bail!("the upstream listens on IPv4");
     };
-    up.set_service_time(upstream::HEALTHY);
+    up.set_service_time(shape.healthy);
     let cgroup = TestCgroup::new("lab-nginx");
     let location = format!(
         "proxy_pass http://{}; proxy_read_timeout {}s;",
@@ -62,7 +68,7 @@ pub fn run(bins: &Binaries, phases: Phases, limiter: Limiter, up: &Upstream) -> 
     }
     .start(&cgroup)?;
     let (agent, sampler) = limiter.attach(bins, &cgroup, destination)?;
-    let wrk = Wrk::with_think_time(WRK_THREADS, CLIENTS, THINK, CLIENT_TIMEOUT);
+    let wrk = Wrk::with_think_time(WRK_THREADS, shape.clients, shape.think, CLIENT_TIMEOUT);
     let (started, wall_start) = (Instant::now(), SystemTime::now());
     let load = wrk.start(&format!("http://{}/", nginx.addr), phases.total())?;
     let mut ticks = Vec::new();
@@ -70,8 +76,8 @@ pub fn run(bins: &Binaries, phases: Phases, limiter: Limiter, up: &Upstream) -> 
         started,
         |phase| {
             up.set_service_time(match phase {
-                Phase::Incident => upstream::SLOW,
-                Phase::Healthy | Phase::Recovery => upstream::HEALTHY,
+                Phase::Incident => shape.slow,
+                Phase::Healthy | Phase::Recovery => shape.healthy,
             });
             Ok(())
         },
@@ -84,6 +90,7 @@ pub fn run(bins: &Binaries, phases: Phases, limiter: Limiter, up: &Upstream) -> 
     let windows = logged_windows(agent.as_ref(), destination);
     drop(agent);
     Ok(RigRun {
+        shape,
         limiter,
         phases,
         ticks,

@@ -21,10 +21,8 @@ pub fn write(dir: &Path, rig: &[RigRun], pgbench: &[PgRun]) -> Result<()> {
         std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))
     };
     for run in rig {
-        save(
-            format!("nginx-{}.csv", slug(run.limiter)),
-            readings(&run.ticks),
-        )?;
+        let name = format!("nginx-{}-{}", run.shape.slug, slug(run.limiter));
+        save(format!("{name}.csv"), readings(&run.ticks))?;
         let total = run.phases.total().as_secs_f64();
         let columns = [200, BAD_GATEWAY, GATEWAY_TIMEOUT]
             .map(|status| figures::per_second(&run.requests, status, total));
@@ -37,16 +35,13 @@ pub fn write(dir: &Path, rig: &[RigRun], pgbench: &[PgRun]) -> Result<()> {
         {
             let _ = writeln!(text, "{second},{ok},{refused},{timed_out}");
         }
-        save(format!("nginx-{}-answers.csv", slug(run.limiter)), text)?;
+        save(format!("{name}-answers.csv"), text)?;
         let mut text = String::from("ended_s,status,seconds\n");
         for r in &run.requests {
             let _ = writeln!(text, "{:.3},{},{:.3}", r.at_s, r.status, r.seconds);
         }
-        save(format!("nginx-{}-requests.csv", slug(run.limiter)), text)?;
-        save(
-            format!("nginx-{}-windows.jsonl", slug(run.limiter)),
-            run.windows.clone(),
-        )?;
+        save(format!("{name}-requests.csv"), text)?;
+        save(format!("{name}-windows.jsonl"), run.windows.clone())?;
     }
     for run in pgbench {
         save(
