@@ -42,7 +42,8 @@ fn one_short_iteration_of_every_run_writes_the_report_and_cleans_up() {
         "## Targets",
         "## nginx rig",
         "### cores-16: 16 cores shared",
-        "#### limiter in shadow",
+        "#### limiter in prod",
+        "## Open loop: the production incident",
         "## pgbench",
     ] {
         assert!(text.contains(section), "no {section} in:\n{text}");
@@ -51,14 +52,14 @@ fn one_short_iteration_of_every_run_writes_the_report_and_cleans_up() {
     for picture in shapes
         .iter()
         .map(String::as_str)
-        .chain(["img/lab-pgbench.svg"])
+        .chain(["img/lab-open-loop.svg", "img/lab-pgbench.svg"])
     {
         assert!(text.contains(picture), "{picture} is not linked");
         let svg = std::fs::read_to_string(out.path().join(picture)).unwrap();
         assert!(svg.contains("<svg"), "{picture} is not an SVG");
     }
     // The agent's windows, as JSON lines: a smoke run's few seconds may close none.
-    for run in ["nginx-workers-8-prod", "nginx-spare-shadow", "pgbench-prod"] {
+    for run in ["nginx-workers-8-prod", "open-loop-prod", "pgbench-prod"] {
         let path = series.join(format!("{run}-windows.jsonl"));
         let lines = std::fs::read_to_string(&path).unwrap();
         for line in lines.lines() {

@@ -3,6 +3,7 @@
 
 mod connect_loop;
 mod exchange;
+mod open_loop;
 
 use std::net::SocketAddr;
 
@@ -12,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 pub use connect_loop::ConnectLoopReport;
 pub use exchange::ExchangeReport;
+pub use open_loop::{Fate, OpenLoopReport, Sent};
 
 #[derive(Args)]
 pub struct Options {
@@ -48,6 +50,18 @@ enum Load {
         #[arg(long, default_value_t = 2)]
         threads: usize,
     },
+    /// HTTP requests to TO at RATE per second, Poisson arrivals, a connection each; prints
+    /// "ready", then a JSON report of every request once stdin closes and the last one is
+    /// answered or given up on.
+    OpenLoop {
+        #[arg(long)]
+        to: SocketAddr,
+        #[arg(long)]
+        rate: f64,
+        /// Seconds without a first byte before a request is given up on.
+        #[arg(long)]
+        timeout: f64,
+    },
 }
 
 pub fn run(options: Options) -> Result<()> {
@@ -64,6 +78,9 @@ pub fn run(options: Options) -> Result<()> {
             rate,
             threads,
         } => exchange::run(&to, per_destination, rate, threads),
+        Load::OpenLoop { to, rate, timeout } => {
+            open_loop::run(to, rate, std::time::Duration::from_secs_f64(timeout))
+        }
     }
 }
 

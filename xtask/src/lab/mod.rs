@@ -9,6 +9,7 @@ mod access_log;
 mod connections;
 mod figures;
 mod limiter;
+mod open_loop;
 mod pgbench;
 mod phases;
 mod plot;
@@ -61,8 +62,12 @@ pub struct Options {
     shapes: Vec<RigShape>,
     /// The nginx rig's runs on each upstream, in order (none of them: `--nginx` with no
     /// value).
-    #[arg(long, value_enum, value_delimiter = ',', num_args = 0.., default_value = "none,prod,shadow")]
+    #[arg(long, value_enum, value_delimiter = ',', num_args = 0.., default_value = "none,prod")]
     nginx: Vec<Limiter>,
+    /// The open-loop production incident's runs, in order (none of them: `--open-loop` with
+    /// no value).
+    #[arg(long, value_enum, value_delimiter = ',', num_args = 0.., default_value = "none,prod")]
+    open_loop: Vec<Limiter>,
     /// pgbench's runs, in order, each beside a twin without the limiter; each kind is judged
     /// by the median of its runs' tps against their twins'. A run with no limiter shows how
     /// closely twins agree.
@@ -136,7 +141,7 @@ pub fn run(options: Options) -> Result<()> {
         };
         format!(
             "cargo xtask lab --healthy {} --incident {} --recovery {} --pgbench-phase {} \
-             --shapes {} --nginx {} --pgbench {}",
+             --shapes {} --nginx {} --open-loop {} --pgbench {}",
             options.healthy,
             options.incident,
             options.recovery,
@@ -148,17 +153,23 @@ pub fn run(options: Options) -> Result<()> {
                 .collect::<Vec<_>>()
                 .join(","),
             runs(&options.nginx),
+            runs(&options.open_loop),
             runs(&options.pgbench)
         )
     };
 
     let mut rig_runs = Vec::new();
     for &shape in &options.shapes {
-        let upstream = upstream::Upstream::start(&shape)?;
+        let upstream = upstream::Upstream::start(shape.servers, shape.sigma, shape.healthy)?;
         for &limiter in &options.nginx {
             eprintln!("lab: nginx, {}, {}", shape.slug, limiter.label());
             rig_runs.push(rig::run(&bins, rig_phases, limiter, shape, &upstream)?);
         }
+    }
+    let mut open_runs = Vec::new();
+    for &limiter in &options.open_loop {
+        eprintln!("lab: open loop, {}", limiter.label());
+        open_runs.push(open_loop::run(&bins, rig_phases, limiter)?);
     }
     let cluster = Cluster::start(&postgres.bin, None)?;
     let mut pg_runs = Vec::new();
@@ -174,10 +185,11 @@ pub fn run(options: Options) -> Result<()> {
     std::fs::create_dir_all(&images)
         .with_context(|| format!("cannot create {}", images.display()))?;
     if let Some(dir) = &options.series {
-        series::write(dir, &rig_runs, &pg_runs)?;
+        series::write(dir, &rig_runs, &open_runs, &pg_runs)?;
     }
     let mut pictures = report::Pictures {
         rig: Vec::new(),
+        open_loop: "img/lab-open-loop.svg".into(),
         pgbench: "img/lab-pgbench.svg".into(),
     };
     for shape in &options.shapes {
@@ -189,6 +201,7 @@ pub fn run(options: Options) -> Result<()> {
         plot::rig(&images.join(&name), &runs)?;
         pictures.rig.push((*shape, format!("img/{name}")));
     }
+    plot::open_loop(&images.join("lab-open-loop.svg"), &open_runs)?;
     plot::pgbench(&images.join("lab-pgbench.svg"), &pg_runs)?;
     let markdown = report::Report {
         machine,
@@ -200,6 +213,7 @@ pub fn run(options: Options) -> Result<()> {
         rig_phases,
         pg_phases,
         rig: &rig_runs,
+        open_loop: &open_runs,
         pgbench: &pg_runs,
         pictures,
     }

@@ -10,6 +10,7 @@ use super::{
     access_log::Request,
     figures::{self, BAD_GATEWAY, GATEWAY_TIMEOUT},
     limiter::Limiter,
+    open_loop::{self, OpenLoopRun},
     pgbench::{PgRun, Summary},
     phases::{Phase, Phases},
     rig::RigRun,
@@ -99,6 +100,60 @@ pub fn rig(path: &Path, runs: &[&RigRun]) -> Result<()> {
         format!("nginx to an upstream of {}", r.shape.describe())
     });
     draw(path, &title, &columns)
+}
+
+pub fn open_loop(path: &Path, runs: &[OpenLoopRun]) -> Result<()> {
+    let columns = runs
+        .iter()
+        .map(|run| {
+            let requests = run.requests();
+            let total = run.phases.total().as_secs_f64();
+            let per_second = |name, colour, status| Series {
+                name,
+                colour,
+                width: 2,
+                points: seconds(&requests, status, total),
+            };
+            let mut concurrency = limiter_series(&run.ticks);
+            concurrency.push(Series {
+                name: "requests being served",
+                colour: BUSY,
+                width: 1,
+                points: ticks(&run.ticks, |t| t.busy.map(|b| b as f64)),
+            });
+            Column {
+                label: run.limiter.label(),
+                phases: run.phases,
+                panels: [
+                    Panel {
+                        caption: "concurrency to the upstream",
+                        y_desc: "connections",
+                        series: concurrency,
+                    },
+                    Panel {
+                        caption: "what the service's requests got",
+                        y_desc: "requests / s",
+                        series: vec![
+                            per_second("answered / s", SERVED, 200),
+                            per_second("refused / s", REFUSED, BAD_GATEWAY),
+                            per_second("given up on / s", TIMED_OUT, GATEWAY_TIMEOUT),
+                        ],
+                    },
+                ],
+            }
+        })
+        .collect::<Vec<_>>();
+    draw(
+        path,
+        &format!(
+            "open loop, {} requests / s; the median answer {} -> {} -> {} ms",
+            open_loop::RATE,
+            open_loop::HEALTHY.as_millis(),
+            open_loop::DEGRADED.as_millis(),
+            open_loop::HEALTHY.as_millis(),
+        ),
+        &columns,
+    )
 }
 
 /// One column per kind of run: the first of each (the runs repeat for their tps only).

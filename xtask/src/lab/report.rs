@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use super::{
     figures::{self, PhaseFigures},
     limiter::Limiter,
+    open_loop::{self, OpenLoopRun},
     pgbench::{self, PgRun},
     phases::{Phase, Phases},
     rig::{self, RigRun},
@@ -12,10 +13,12 @@ use super::{
 };
 use crate::bench::machine::{command_line, Machine};
 use crate::bench::stats::median;
+use crate::client::Fate;
 
 pub struct Pictures {
     /// One per shape, in the order they ran.
     pub rig: Vec<(RigShape, String)>,
+    pub open_loop: String,
     pub pgbench: String,
 }
 
@@ -26,6 +29,7 @@ pub struct Report<'a> {
     pub rig_phases: Phases,
     pub pg_phases: Phases,
     pub rig: &'a [RigRun],
+    pub open_loop: &'a [OpenLoopRun],
     pub pgbench: &'a [PgRun],
     pub pictures: Pictures,
 }
@@ -201,6 +205,7 @@ impl Report<'_> {
         self.render_header(&mut out);
         self.render_targets(&mut out, &rig);
         self.render_rig(&mut out, &rig);
+        self.render_open_loop(&mut out);
         self.render_pgbench(&mut out);
         self.render_reading(&mut out);
         render_running(&mut out);
@@ -227,6 +232,13 @@ impl Report<'_> {
              (docs/simulation.md, \"Shapes\") and judged by its criteria, are in the table \
              below. Runs on each, in order: {rig_runs}; each with the limiter's defaults and a \
              fresh nginx.\n\
+             - **Open loop.** The production incident: a service in a cgroup of its own, which \
+             the limiter protects, sends {rate} requests a second (Poisson arrivals, the lab's own \
+             client, a connection per request, given up on after {open_timeout} s) straight to an \
+             upstream with a thread for every connection, whatever the answers do. Its median \
+             answer (lognormal, sigma {open_sigma}) is {open_healthy} ms while healthy, climbs to \
+             {open_degraded} ms over the first half of the incident and holds there: slow, with \
+             no error at all. Runs, in order: {open_runs}.\n\
              - **pgbench.** {pgbench} with a connection per transaction (`-C`, {pg_clients} \
              clients) in a cgroup of its own, against a PostgreSQL cluster the lab makes with \
              initdb and runs on a loopback port. Each transaction is `SELECT pg_sleep(d)`: d is 0 \
@@ -250,6 +262,12 @@ impl Report<'_> {
                     .map(|r| r.limiter)
             ),
             pg_runs = run_order(self.pgbench.iter().map(|r| r.limiter)),
+            open_runs = run_order(self.open_loop.iter().map(|r| r.limiter)),
+            rate = open_loop::RATE,
+            open_timeout = open_loop::TIMEOUT.as_secs(),
+            open_sigma = open_loop::SIGMA,
+            open_healthy = open_loop::HEALTHY.as_millis(),
+            open_degraded = open_loop::DEGRADED.as_millis(),
             nginx = version("nginx", &["-v"]),
             workers = rig::NGINX_WORKERS,
             timeout = rig::READ_TIMEOUT.as_secs(),
@@ -303,6 +321,7 @@ impl Report<'_> {
             let servers = match shape.servers {
                 Servers::Workers(n) => format!("{n} workers"),
                 Servers::Cores(n) => format!("{n} cores shared (processor sharing)"),
+                Servers::Unbounded => "a thread per connection".to_string(),
             };
             let service = if shape.sigma == 0.0 {
                 "exact (a sleep)".to_string()
@@ -372,6 +391,7 @@ impl Report<'_> {
             }
             let _ = writeln!(out, "\n");
         }
+        self.render_open_loop_targets(out);
         // Each pgbench run is judged against its twin, which ran beside it without the
         // limiter; the runs of a kind by the median of their ratios.
         for kind in Limiter::kinds(self.pgbench.iter().map(|r| r.limiter)) {
@@ -476,6 +496,116 @@ fn render_runs(out: &mut String, rig: &[&RigFigures]) {
 }
 
 impl Report<'_> {
+    /// The simulator's production criteria: nothing refused while healthy, the first
+    /// refusal before a slow-call breaker watching the run with no limiter would open, and
+    /// in-flight within `max`.
+    fn render_open_loop_targets(&self, out: &mut String) {
+        let runs = self.open_loop;
+        if runs.is_empty() {
+            return;
+        }
+        let breaker = runs
+            .iter()
+            .find(|r| r.limiter == Limiter::None)
+            .and_then(OpenLoopRun::breaker_opens_s);
+        let incident = |run: &OpenLoopRun| run.phases.window(Phase::Incident).0;
+        let _ = write!(out, "| open loop | criterion |");
+        for run in runs {
+            let _ = write!(out, " {} |", run.limiter.label());
+        }
+        let _ = writeln!(out, "\n|---|---|{}", "---|".repeat(runs.len()));
+        let row = |out: &mut String, name: String, cell: &dyn Fn(&OpenLoopRun) -> String| {
+            let _ = write!(out, "| production | {name} |");
+            for run in runs {
+                let _ = write!(out, " {} |", cell(run));
+            }
+            let _ = writeln!(out);
+        };
+        row(out, "healthy: refused".into(), &|run| {
+            if run.limiter == Limiter::None {
+                return "n/a".into();
+            }
+            let n = run.refused_in(run.phases.window(Phase::Healthy));
+            verdict(n == 0, n.to_string())
+        });
+        let breaker_text = breaker.map_or("never".into(), |b| {
+            format!("{:.1} s", b - incident(&runs[0]))
+        });
+        row(
+            out,
+            format!("first refusal before a slow-call breaker would open on the run with no limiter ({breaker_text} into the incident)"),
+            &|run| {
+                if run.limiter != Limiter::Prod {
+                    return "n/a".into();
+                }
+                match (run.first_refusal_s(), breaker) {
+                    (None, _) => verdict(false, "none".into()),
+                    (Some(first), b) => verdict(
+                        b.is_none_or(|b| first < b),
+                        format!("{:.1} s into the incident", first - incident(run)),
+                    ),
+                }
+            },
+        );
+        let max = limiter_core::config::Limits::default().max as usize;
+        row(out, format!("peak in-flight <= max ({max})"), &|run| {
+            let peak = run.peak_in_flight();
+            if run.limiter == Limiter::Prod {
+                verdict(peak <= max, peak.to_string())
+            } else {
+                peak.to_string()
+            }
+        });
+        let _ = writeln!(out);
+    }
+
+    fn render_open_loop(&self, out: &mut String) {
+        if self.open_loop.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            out,
+            "## Open loop: the production incident\n\n![limit, in-flight and answers over time]({})\n\n\
+             | run | sent | answered | refused (while healthy) | given up on | failed | p50 answered healthy / degraded | peak in-flight | shed | limit (min - max) |\n\
+             |---|---|---|---|---|---|---|---|---|---|",
+            self.pictures.open_loop
+        );
+        for run in self.open_loop {
+            let count = |fate| run.sent.iter().filter(|s| s.fate == fate).count();
+            let (start, end) = run.phases.window(Phase::Incident);
+            let p50 = |window| {
+                run.answered_p50_s(window)
+                    .map_or("-".into(), |s| format!("{:.0} ms", s * 1e3))
+            };
+            let whole = figures::phase(&[], &run.ticks, (0.0, f64::INFINITY));
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} ({}) | {} | {} | {} / {} | {} | {} | {} |",
+                run.limiter.label(),
+                run.sent.len(),
+                count(Fate::Answered),
+                count(Fate::Refused),
+                run.refused_in(run.phases.window(Phase::Healthy)),
+                count(Fate::TimedOut),
+                count(Fate::Failed),
+                p50(run.phases.window(Phase::Healthy)),
+                p50(((start + end) / 2.0, end)),
+                run.peak_in_flight(),
+                whole.shed.map_or("-".into(), |n| n.to_string()),
+                whole
+                    .limit_range
+                    .map_or("-".into(), |(lo, hi)| format!("{lo} - {hi}")),
+            );
+        }
+        let _ = writeln!(
+            out,
+            "\nDegraded: the requests sent in the incident's second half, at the degraded median. \
+             In-flight: requests connected and not yet answered or given up on, from the client's \
+             own record. The breaker is the simulator's reference: it opens once at least half \
+             of the calls that ended in the last 10 s took over 2 s.\n"
+        );
+    }
+
     fn render_pgbench(&self, out: &mut String) {
         if self.pgbench.is_empty() {
             return;
@@ -589,7 +719,9 @@ fn render_running(out: &mut String) {
          ```\n\n\
          It builds the agent in release, takes about half an hour with the default phases \
          (`--healthy`, `--incident`, `--recovery` and `--pgbench-phase` set them, in seconds), \
-         and replaces this file and its pictures (`--out` writes them elsewhere). nginx, wrk, \
+         and replaces this file and its pictures (`--out` writes them elsewhere). `--shapes`, \
+         `--nginx`, `--open-loop` and `--pgbench` choose the runs (`cargo xtask lab --help`). \
+         nginx, wrk, \
          PostgreSQL and pgbench are started by the lab with configurations of its own, never as \
          the system's services. pgbench runs three times, once with no limiter and twice with \
          it in prod, each time beside a twin without the limiter: its tps varies by a fifth \

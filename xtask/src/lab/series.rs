@@ -9,12 +9,13 @@ use anyhow::{Context, Result};
 use super::{
     figures::{self, BAD_GATEWAY, GATEWAY_TIMEOUT},
     limiter::Limiter,
+    open_loop::OpenLoopRun,
     pgbench::PgRun,
     rig::RigRun,
     sampler::Tick,
 };
 
-pub fn write(dir: &Path, rig: &[RigRun], pgbench: &[PgRun]) -> Result<()> {
+pub fn write(dir: &Path, rig: &[RigRun], open: &[OpenLoopRun], pgbench: &[PgRun]) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let save = |name: String, text: String| {
         let path = dir.join(name);
@@ -39,6 +40,23 @@ pub fn write(dir: &Path, rig: &[RigRun], pgbench: &[PgRun]) -> Result<()> {
         let mut text = String::from("ended_s,status,seconds\n");
         for r in &run.requests {
             let _ = writeln!(text, "{:.3},{},{:.3}", r.at_s, r.status, r.seconds);
+        }
+        save(format!("{name}-requests.csv"), text)?;
+        save(format!("{name}-windows.jsonl"), run.windows.clone())?;
+    }
+    for run in open {
+        let name = format!("open-loop-{}", slug(run.limiter));
+        save(format!("{name}.csv"), readings(&run.ticks))?;
+        let mut text = String::from("sent_s,seconds,fate\n");
+        for s in &run.sent {
+            let fate = serde_json::to_value(s.fate)?;
+            let _ = writeln!(
+                text,
+                "{:.3},{:.3},{}",
+                s.at_s,
+                s.seconds,
+                fate.as_str().unwrap_or_default()
+            );
         }
         save(format!("{name}-requests.csv"), text)?;
         save(format!("{name}-windows.jsonl"), run.windows.clone())?;

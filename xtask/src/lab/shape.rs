@@ -12,6 +12,8 @@ pub enum Servers {
     /// Every connection served at once, each at min(1, cores / n) of its speed while n are
     /// served: processor sharing.
     Cores(usize),
+    /// Every connection served at once at full speed: a slow dependency, nothing saturated.
+    Unbounded,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -101,6 +103,7 @@ impl RigShape {
     pub fn servers(&self) -> usize {
         match self.servers {
             Servers::Workers(n) | Servers::Cores(n) => n,
+            Servers::Unbounded => usize::MAX,
         }
     }
 
@@ -109,6 +112,7 @@ impl RigShape {
         let servers = match self.servers {
             Servers::Workers(n) => format!("{n} workers"),
             Servers::Cores(n) => format!("{n} cores shared"),
+            Servers::Unbounded => "a thread per connection".to_string(),
         };
         let service = if self.sigma == 0.0 {
             "exact".to_string()

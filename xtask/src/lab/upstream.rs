@@ -20,7 +20,7 @@ use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, LogNormal};
 use rand_pcg::Pcg64Mcg;
 
-use super::shape::{RigShape, Servers};
+use super::shape::Servers;
 
 /// Connections the kernel queues for the workers beyond the ones they serve.
 const BACKLOG: i32 = 1024;
@@ -81,18 +81,20 @@ impl Service {
 }
 
 impl Upstream {
-    pub fn start(shape: &RigShape) -> Result<Self> {
+    /// An upstream of `servers` whose service times are drawn around `median` with `sigma`
+    /// (0: exactly the median).
+    pub fn start(servers: Servers, sigma: f64, median: Duration) -> Result<Self> {
         let net = TestNetns::new();
         let listener = Arc::new(net.listener());
         // SAFETY: listen() again on our own listening socket only changes its queue's length.
         let queued = unsafe { libc::listen(listener.as_raw_fd(), BACKLOG) };
         ensure!(queued == 0, "listen: {}", std::io::Error::last_os_error());
         let service = Service {
-            median_us: Arc::new(AtomicU64::new(shape.healthy.as_micros() as u64)),
-            sigma: shape.sigma,
+            median_us: Arc::new(AtomicU64::new(median.as_micros() as u64)),
+            sigma,
             busy: Arc::new(AtomicUsize::new(0)),
         };
-        match shape.servers {
+        match servers {
             Servers::Workers(workers) => {
                 for seed in 0..workers as u64 {
                     let (listener, service) = (listener.clone(), service.clone());
@@ -107,6 +109,10 @@ impl Upstream {
             Servers::Cores(cores) => {
                 let (listener, service) = (listener.clone(), service.clone());
                 std::thread::spawn(move || accept_each(&listener, service, cores));
+            }
+            Servers::Unbounded => {
+                let (listener, service) = (listener.clone(), service.clone());
+                std::thread::spawn(move || accept_each(&listener, service, usize::MAX));
             }
         }
         Ok(Upstream {
