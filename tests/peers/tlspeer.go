@@ -202,6 +202,9 @@ func load(args []string) {
 	seconds := fs.Float64("seconds", 10, "for how long")
 	check(fs.Parse(args))
 	c := client(false, false)
+	// Idle connections close after 2 s, as a service's pool sheds what a burst opened: the
+	// pool then holds what the rate needs at the current latency, and grows with it.
+	c.Transport.(*http.Transport).IdleConnTimeout = 2 * time.Second
 	var ok, failed atomic.Int64
 	var wg sync.WaitGroup
 	interval := time.Duration(float64(time.Second) / *rate)
