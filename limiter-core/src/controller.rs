@@ -54,8 +54,9 @@ const SLOW_ANSWERS: u8 = 3;
 /// attach (a proxy's connection per client request) has its answers by then.
 const FIRST_WORD_NS: u64 = 100_000_000;
 /// Windows in a row without an overload answer, the limit pressing against the ceiling an
-/// overload set, before the ceiling is raised by one: TCP's congestion avoidance, one probe
-/// per period over where the upstream last said it had too many.
+/// overload set, before the ceiling is raised: one probe per period over where the upstream
+/// last said it had too many, by 1, then 2, 4 … while none comes (TCP's slow start after an
+/// idle period), so that an allowance grown back is found in a few probes.
 const CEILING_PROBE_WINDOWS: u8 = 4;
 /// Before the first baseline, a window whose p90 is over this multiple of every earlier one
 /// the filter holds is still rising: a drift of a few per cent is noise, not a rise.
@@ -96,6 +97,8 @@ pub struct DestinationController<A = AnyAlgorithm> {
     answered: bool,
     /// Windows pressing against the ceiling since its last overload answer or raise.
     under_ceiling: u8,
+    /// Raises of the ceiling since its last overload answer: the next is by 2 to this power.
+    ceiling_raises: u8,
     /// The baseline has been published once: the first learning is over, and slow start's
     /// state is no longer touched.
     learned: bool,
@@ -113,9 +116,9 @@ pub struct DestinationController<A = AnyAlgorithm> {
     recovery: Recovery,
     /// Windows running whose latency ignored a cut of in-flight.
     flat_windows: u32,
-    /// Below the limit at which the upstream last answered it was overloaded (HTTP 429,
-    /// 503): no growth passes it; 0 when none did. Raised by one after
-    /// [`CEILING_PROBE_WINDOWS`] windows pressing against it with no overload answer.
+    /// Under the in-flight at which the upstream last answered it was overloaded (HTTP 429,
+    /// 503): no growth passes it; 0 when none did. Raised after [`CEILING_PROBE_WINDOWS`]
+    /// windows pressing against it with no overload answer.
     ceiling: f32,
     /// When the limit was last lowered.
     cut_at_ns: u64,
@@ -175,6 +178,7 @@ impl<A: LimitAlgorithm> DestinationController<A> {
             answered: false,
             ceiling: 0.0,
             under_ceiling: 0,
+            ceiling_raises: 0,
         }
     }
 
@@ -477,13 +481,25 @@ impl<A: LimitAlgorithm> DestinationController<A> {
         }
     }
 
-    /// An overload answer says the limit it came at was too many: the limit is kept under
-    /// it from now on, and the ceiling raised by one only once the limit pressed against it
-    /// for a while without another (the upstream's allowance may grow back).
+    /// An overload answer says the in-flight it came at was too many: the limit is kept
+    /// under the most the window's answered requests started with (the limit in force when
+    /// the window closes may be a cut's already, under the allowance), and the ceiling
+    /// raised only once the limit pressed against it for a while without another (the
+    /// upstream's allowance may grow back).
     fn overload_ceiling(&mut self, window: &WindowSummary) {
         if window.overloads > 0 {
-            self.ceiling = (self.limit - 1.0).max(f64::from(self.limits.min)) as f32;
+            let held = match window.peak_inflight {
+                0 => self.limit,
+                peak => f64::from(peak),
+            };
+            let mut ceiling = (held - 1.0).max(f64::from(self.limits.min));
+            if self.ceiling > 0.0 {
+                ceiling = ceiling.min(f64::from(self.ceiling));
+            }
+            self.ceiling = ceiling as f32;
+            self.limit = self.limit.min(ceiling);
             self.under_ceiling = 0;
+            self.ceiling_raises = 0;
         } else if self.ceiling > 0.0 {
             let pressing =
                 window.sheds > 0 || f64::from(window.peak_inflight) >= f64::from(self.ceiling);
@@ -491,8 +507,12 @@ impl<A: LimitAlgorithm> DestinationController<A> {
                 self.under_ceiling += 1;
             }
             if self.under_ceiling >= CEILING_PROBE_WINDOWS {
-                self.ceiling += 1.0;
+                self.ceiling += f32::from(1u8 << self.ceiling_raises.min(7));
+                self.ceiling_raises = self.ceiling_raises.saturating_add(1);
                 self.under_ceiling = 0;
+                if f64::from(self.ceiling) >= f64::from(self.limits.max) {
+                    self.ceiling = 0.0;
+                }
             }
         }
     }
@@ -1107,5 +1127,48 @@ mod tests {
             closes_after(2_000 * MS) < 20,
             "giving up after 2 s lowers it"
         );
+    }
+
+    /// Every 10 ms, a request starts at the in-flight the limit allows (the clients always
+    /// want more); an upstream allowing `allowed` at once answers it 429 when it starts over
+    /// that, and otherwise in about 50 ms. Returns the limit at the end and the share of the
+    /// requests of the last half answered 429.
+    fn against_an_allowance(
+        c: &mut DestinationController,
+        from_ms: u64,
+        to_ms: u64,
+        allowed: u32,
+    ) -> (u32, f64) {
+        let mut limit = c.update(from_ms * MS);
+        let (mut overloaded, mut sent) = (0, 0);
+        for now_ms in (from_ms..to_ms).step_by(10) {
+            let now = now_ms * MS;
+            let half = now_ms >= (from_ms + to_ms) / 2;
+            if limit > allowed {
+                c.on_outcome(now, Outcome::Overload);
+                overloaded += u32::from(half);
+            }
+            c.on_sample(now, (50 + now_ms % 7) * MS, limit.min(allowed));
+            sent += u32::from(half);
+            limit = c.update(now);
+        }
+        (limit, f64::from(overloaded) / f64::from(sent))
+    }
+
+    #[test]
+    fn overload_answers_hold_the_limit_at_the_allowance_and_probes_find_it_grown_back() {
+        let cfg = ControlConfig::new(Algorithm::Vegas);
+        let mut c = DestinationController::new(&cfg, 0);
+        let (before, _) = against_an_allowance(&mut c, 0, 60_000, 200);
+        let allowed = before - 10;
+        let (limit, share) = against_an_allowance(&mut c, 60_000, 120_000, allowed);
+        assert!(
+            (allowed - 2..=allowed + 1).contains(&limit),
+            "{limit} for {allowed}"
+        );
+        assert!(share < 0.05, "{share}");
+        // A probe over the ceiling each few windows, 1, 2, 4 … while no 429 comes.
+        let (limit, _) = against_an_allowance(&mut c, 120_000, 150_000, 200);
+        assert!(limit >= before, "{limit}, {before} before the allowance");
     }
 }

@@ -29,7 +29,8 @@ const IN_STEP: f64 = 1.1;
 const WAITED: f64 = 1.25;
 
 /// Timeouts weigh double in the error pressure: the client gave up, the strongest signal.
-/// So do overload answers: the upstream said it has too much.
+/// Overload answers are not in it: they say at what in-flight the upstream has too much,
+/// which the controller's ceiling keeps the limit under.
 const TIMEOUT_WEIGHT: u32 = 2;
 
 /// What one closed window says.
@@ -95,12 +96,11 @@ impl WindowSummary {
     /// cut already shrinks, and counting it again would cut once per window it drains over.
     pub fn error_pressure(&self) -> f64 {
         let fresh_timeouts = self.timeouts.saturating_sub(self.stale_timeouts);
-        let strong = fresh_timeouts.saturating_add(self.overloads);
-        let events = self.samples + self.errors + strong;
+        let events = self.samples + self.errors + fresh_timeouts;
         if events == 0 {
             return 0.0;
         }
-        let weighted = self.errors + TIMEOUT_WEIGHT * strong;
+        let weighted = self.errors + TIMEOUT_WEIGHT * fresh_timeouts;
         (f64::from(weighted) / f64::from(events)).min(1.0)
     }
 }
@@ -260,7 +260,9 @@ impl Windows {
 
     fn is_due(&self, elapsed_ns: u64) -> bool {
         let p = &self.rules;
-        if elapsed_ns >= p.max_window_ns {
+        // An overload answer says the in-flight it came at is too many: every update spent
+        // there brings more.
+        if elapsed_ns >= p.max_window_ns || self.overloads > 0 {
             return true;
         }
         // Without a sample the fastest latency is unknown; errors alone may close the window.

@@ -143,6 +143,26 @@ pub const EXPECTED_FAILURES: &[ExpectedFailure] = &[
         algorithm: Algorithm::Fixed,
         reason: "a static cap of 20 is below what the pool grows to for a burst.",
     },
+    ExpectedFailure {
+        scenario: "overload",
+        algorithm: Algorithm::Gradient2,
+        reason: "settles at the allowance as Vegas does; once it returns, the ceiling's probes lift it and its tolerance of 1.5x takes the limit past C, as in converge.",
+    },
+    ExpectedFailure {
+        scenario: "overload",
+        algorithm: Algorithm::Aimd,
+        reason: "settles at the allowance, held by the ceiling; once it returns, blind to latency it climbs past C, as in converge.",
+    },
+    ExpectedFailure {
+        scenario: "overload",
+        algorithm: Algorithm::Gateway,
+        reason: "settles at the allowance, held by the ceiling; once it returns, the sawtooth between C and 2C of converge.",
+    },
+    ExpectedFailure {
+        scenario: "overload",
+        algorithm: Algorithm::Fixed,
+        reason: "a static cap of 20 neither reaches the allowance of 60 nor C = 100.",
+    },
 ];
 
 pub fn expected_failure(scenario: &str, algorithm: Algorithm) -> Option<&'static str> {

@@ -19,6 +19,8 @@ pub struct Second {
     pub failed: u32,
     /// Requests whose client gave up at its deadline.
     pub timed_out: u32,
+    /// Answered 429 by an upstream over its allowance (counted in `failed` too).
+    pub overloaded: u32,
     pub shed: u32,
     /// The highest in-flight count reached in this second.
     pub peak_inflight: u32,
@@ -219,6 +221,11 @@ impl Recorder {
             second.completed += 1;
         }
         self.breaker.record(at, duration);
+    }
+
+    /// The upstream answered 429.
+    pub fn overloaded(&mut self, at: Nanos) {
+        self.second(at).overloaded += 1;
     }
 
     /// A client gave up on a request after `waited`, closing its connection.

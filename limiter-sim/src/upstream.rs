@@ -28,6 +28,9 @@ pub struct UpstreamSpec {
     pub latency_factor: Schedule,
     /// Probability that a request fails after its service time instead of answering.
     pub error_rate: Schedule,
+    /// Requests it holds at once; one more is answered 429 Too Many Requests at once, as a
+    /// rate limiter in front of it does (infinite: none).
+    pub allowed: Schedule,
 }
 
 impl UpstreamSpec {
@@ -38,6 +41,7 @@ impl UpstreamSpec {
             capacity: Schedule::constant(f64::from(capacity)),
             latency_factor: Schedule::constant(1.0),
             error_rate: Schedule::constant(0.0),
+            allowed: Schedule::constant(f64::INFINITY),
         }
     }
 }

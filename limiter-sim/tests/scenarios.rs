@@ -40,6 +40,7 @@ scenario_tests! {
     low_traffic => "low-traffic",
     baseline_shift => "baseline-shift",
     errors => "errors",
+    overload => "overload",
     mixed_sizes => "mixed-sizes",
     healthy_start => "healthy-start",
     incident => "incident",

@@ -22,6 +22,8 @@ use queue::EventQueue;
 
 /// The controller update interval of the agent.
 pub const UPDATE_INTERVAL: Nanos = 100_000_000;
+/// How long an upstream over its allowance takes to answer 429.
+const OVERLOAD_ANSWER: Nanos = 1_000_000;
 
 /// A complete description of one run, apart from the seed and the controller.
 #[derive(Clone, Debug)]
@@ -44,6 +46,8 @@ enum Event {
     SharedDone(u64),
     /// A streamed response's connection closes.
     Close(RequestId),
+    /// The upstream answers 429 to a request over its allowance.
+    Overloaded(RequestId),
     /// The upstream's capacity changes: queued requests may start.
     Capacity,
     /// A client's deadline for request `serial` (ids are reused, serials are not).
@@ -86,6 +90,8 @@ struct Sim<'a> {
     /// Idle keep-alive connections to the destination: open, counted in flight, carrying
     /// nothing, shared by the classes that pool.
     idle: u32,
+    /// Requests the upstream holds, queued or served (given up on by their client or not).
+    held: u32,
     recorder: Recorder,
 }
 
@@ -117,6 +123,7 @@ impl<'a> Sim<'a> {
             free_ids: Vec::new(),
             serial: 0,
             idle: 0,
+            held: 0,
             recorder: Recorder::new(end),
         };
         sim.recorder.tick(0, sim.admission.limit(), 0);
@@ -178,6 +185,7 @@ impl<'a> Sim<'a> {
                 Event::Served(id) => self.served(id),
                 Event::SharedDone(generation) => self.shared_done(generation),
                 Event::Close(id) => self.end_request(id, false),
+                Event::Overloaded(id) => self.overloaded(id),
                 Event::Capacity => self.capacity_changed(),
                 Event::Deadline { id, serial } => self.deadline(id, serial),
                 Event::Burst { class } => self.burst(class),
@@ -258,6 +266,12 @@ impl<'a> Sim<'a> {
             self.events
                 .push(self.now + secs(deadline_s), Event::Deadline { id, serial });
         }
+        if f64::from(self.held) >= self.setup.upstream.allowed.at(self.now) {
+            self.events
+                .push(self.now + OVERLOAD_ANSWER, Event::Overloaded(id));
+            return;
+        }
+        self.held += 1;
         match &mut self.servers {
             Servers::Workers(workers) => {
                 workers.enqueue(id);
@@ -349,6 +363,7 @@ impl<'a> Sim<'a> {
     }
 
     fn served(&mut self, id: RequestId) {
+        self.held -= 1;
         let request = self.requests[id].as_ref().expect("a live request");
         if request.abandoned {
             self.requests[id] = None;
@@ -392,6 +407,27 @@ impl<'a> Sim<'a> {
         self.recorder.timed_out(self.now, waited_ns);
         self.admission.release();
         self.next_from(class, worker);
+    }
+
+    /// The upstream answered 429 to a request it never took up: the client closes the
+    /// connection and, told to come back later, does so as after a refusal.
+    fn overloaded(&mut self, id: RequestId) {
+        let request = self.requests[id].take().expect("a live request");
+        self.free_ids.push(id);
+        if request.abandoned {
+            return;
+        }
+        self.controller.on_outcome(self.now, Outcome::Overload);
+        self.recorder.overloaded(self.now);
+        self.recorder.ended(self.now, self.now - request.sent, true);
+        self.admission.release();
+        if let (Some(_), Load::Closed(closed)) =
+            (request.worker, &self.setup.classes[request.class].load)
+        {
+            let at = self.now + secs(closed.retry_after_s);
+            let (class, worker) = (request.class, request.worker);
+            self.events.push(at, Event::Send { class, worker });
+        }
     }
 
     fn end_request(&mut self, id: RequestId, failed: bool) {

@@ -13,6 +13,7 @@ mod incident;
 mod keepalive_pool;
 mod low_traffic;
 mod mixed_sizes;
+mod overload;
 mod production;
 mod recovery;
 pub mod rig;
@@ -46,6 +47,7 @@ pub const ALL: &[Scenario] = &[
     low_traffic::SCENARIO,
     baseline_shift::SCENARIO,
     errors::SCENARIO,
+    overload::SCENARIO,
     mixed_sizes::SCENARIO,
     healthy_start::SCENARIO,
     incident::SCENARIO,

@@ -242,7 +242,7 @@ impl Shape {
                 discipline,
                 capacity,
                 latency_factor: factor,
-                error_rate: Schedule::constant(0.0),
+                ..UpstreamSpec::steady(0)
             },
             classes: vec![RequestClass {
                 service: self.healthy_service(),
