@@ -1,12 +1,13 @@
-//! nginx outside the cgroup, as the upstream of a test: one server block of the test's.
+//! nginx for a test: one server block of the test's, outside the cgroup as an upstream, or
+//! inside it as a client (a proxy).
 
 use std::{
     net::{SocketAddr, TcpListener, TcpStream},
-    path::PathBuf,
+    path::{Path, PathBuf},
     process::{Child, Command},
 };
 
-use crate::wait_until;
+use crate::{wait_until, TestCgroup};
 
 /// nginx serving `server` (the directives of one server block, `listen` included as
 /// `listen {addr}`, which is filled in) on a loopback port; stopped on drop.
@@ -20,6 +21,11 @@ impl Nginx {
     /// `http` goes in the http block (zones, maps), `server` in the server block; `{addr}`
     /// in either is the address it listens on.
     pub fn start(http: &str, server: &str) -> Self {
+        Self::start_in(None, http, server)
+    }
+
+    /// The same, its process in `cgroup` when there is one: what it connects to is limited.
+    pub fn start_in(cgroup: Option<&TestCgroup>, http: &str, server: &str) -> Self {
         let addr = TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -44,7 +50,9 @@ impl Nginx {
                server {{ {server} }} }}"
         );
         std::fs::write(dir.join("nginx.conf"), config).unwrap();
-        let child = Command::new("nginx")
+        let program = Path::new("nginx");
+        let child = cgroup
+            .map_or_else(|| Command::new(program), |cg| cg.command(program))
             .arg("-c")
             .arg(dir.join("nginx.conf"))
             .arg("-p")

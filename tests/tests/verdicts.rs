@@ -1,8 +1,8 @@
 //! Verdicts from HTTP answers (root, real kernel, nginx and curl): a cleartext HTTP/1.x
-//! answer's status is read with its sample; 429 and 503 lower the limit as timeouts, other
-//! 5xx count as errors, 4xx are healthy answers.
+//! answer's status is read with its sample; 429 and 503 hold the limit under the in-flight
+//! they came at, other 5xx count as errors, 4xx are healthy answers.
 
-use std::path::Path;
+use std::{path::Path, process::Command};
 
 use limiter_integration_tests::*;
 
@@ -23,12 +23,17 @@ fn answering_codes() -> Nginx {
 /// on a connection each; returns the status codes curl saw.
 fn curl_codes(cg: &TestCgroup, nginx: &Nginx, paths: &[&str], keep_alive: bool) -> Vec<u32> {
     let mut curl = cg.command(Path::new("curl"));
-    curl.args(["--silent", "--http1.1", "--write-out", "%{http_code}\\n"]);
     if !keep_alive {
         curl.args(["--header", "Connection: close"]);
     }
-    for path in paths {
-        curl.args(["--output", "/dev/null"]).arg(nginx.url(path));
+    codes(curl, paths.iter().map(|path| nginx.url(path)))
+}
+
+/// `curl` getting `urls` one after another; the status codes it saw.
+fn codes(mut curl: Command, urls: impl Iterator<Item = String>) -> Vec<u32> {
+    curl.args(["--silent", "--http1.1", "--write-out", "%{http_code}\\n"]);
+    for url in urls {
+        curl.args(["--output", "/dev/null"]).arg(url);
     }
     output(curl)
         .expect("curl failed")
@@ -72,6 +77,47 @@ fn the_status_of_each_cleartext_http_answer_is_read() {
     }
 }
 
+/// nginx in the cgroup as the client: a proxy, to an nginx outside it that answers a share
+/// of the requests 429 (`split_clients`). The status of each answer is read on the proxy's
+/// upstream connections, a connection per request (nginx's default) and kept alive alike.
+#[kernel_test]
+fn a_proxy_in_the_cgroup_has_each_answers_status_read() {
+    let upstream = Nginx::start(
+        "split_clients $request_id $answer { 30% busy; * ok; }",
+        "listen {addr}; keepalive_requests 1000;
+         location / { if ($answer = busy) { return 429; } return 200 'ok'; }",
+    );
+    for keep_alive in [false, true] {
+        let cg = TestCgroup::new("http-proxy");
+        let agent = Agent::start_command(
+            signal_logging(),
+            &cg,
+            &["--algorithm", "fixed", "--limit", "100"],
+        );
+        let pool = if keep_alive { "keepalive 4;" } else { "" };
+        let proxy = Nginx::start_in(
+            Some(&cg),
+            &format!("upstream up {{ server {}; {pool} }}", upstream.addr),
+            "listen {addr};
+             location / { proxy_pass http://up; proxy_http_version 1.1;
+                          proxy_set_header Connection ''; }",
+        );
+        // curl outside the cgroup: only the proxy's connections are the limiter's.
+        let codes = codes(Command::new("curl"), (0..40).map(|_| proxy.url("/")));
+        let busy = codes.iter().filter(|&&c| c == 429).count();
+        assert!(busy > 0 && busy < codes.len(), "a share of 429s: {codes:?}");
+        let samples = agent.wait_signals(upstream.addr, "sample", codes.len());
+        let statuses: Vec<u64> = samples.iter().map(|s| s.status).collect();
+        let expected: Vec<u64> = codes.iter().map(|&c| u64::from(c)).collect();
+        assert_eq!(
+            statuses, expected,
+            "keep-alive {keep_alive}: each answer's status"
+        );
+        let row = row(&cg, upstream.addr).unwrap();
+        assert_eq!(row["http_429"], busy, "keep-alive {keep_alive}: {row}");
+    }
+}
+
 /// Requests that can be in service at once at nginx, which answers 429 beyond them.
 const ALLOWED: usize = 8;
 /// curl's connections in flight, each its own request: four times the allowance.
@@ -79,8 +125,8 @@ const DEMAND: usize = 32;
 
 /// nginx allowing `ALLOWED` requests in service at once to a 50 ms upstream, and answering
 /// 429 at once to any beyond: the upstream's own overload signal. The limiter lowers the
-/// limit under the first limit a 429 came at and keeps it there, probing one more now and
-/// then: it settles near the allowance, and the excess is refused before it leaves.
+/// limit under the in-flight a 429 came at and keeps it there, probing over it now and then:
+/// it settles near the allowance, and the excess is refused before it leaves.
 #[kernel_test]
 fn overload_answers_lower_the_limit_until_they_are_few() {
     let cg = TestCgroup::new("http-429");
