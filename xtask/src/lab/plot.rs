@@ -52,48 +52,18 @@ pub fn rig(path: &Path, runs: &[&RigRun]) -> Result<()> {
     let columns = runs
         .iter()
         .map(|run| {
-            let total = run.phases.total().as_secs_f64();
-            let per_second = |status| Series {
-                name: match status {
-                    BAD_GATEWAY => "502 / s",
-                    GATEWAY_TIMEOUT => "504 / s",
-                    _ => "goodput (200 / s)",
+            requests_column(
+                run.limiter,
+                run.phases,
+                &run.ticks,
+                &run.requests,
+                Captions {
+                    busy: "upstream workers busy",
+                    got: "what wrk got",
+                    unit: "responses / s",
+                    ended: ["goodput (200 / s)", "502 / s", "504 / s"],
                 },
-                colour: match status {
-                    BAD_GATEWAY => REFUSED,
-                    GATEWAY_TIMEOUT => TIMED_OUT,
-                    _ => SERVED,
-                },
-                width: 2,
-                points: seconds(&run.requests, status, total),
-            };
-            let mut concurrency = limiter_series(&run.ticks);
-            concurrency.push(Series {
-                name: "upstream workers busy",
-                colour: BUSY,
-                width: 1,
-                points: ticks(&run.ticks, |t| t.busy.map(|b| b as f64)),
-            });
-            Column {
-                label: run.limiter.label(),
-                phases: run.phases,
-                panels: [
-                    Panel {
-                        caption: "concurrency to the upstream",
-                        y_desc: "connections",
-                        series: concurrency,
-                    },
-                    Panel {
-                        caption: "what wrk got",
-                        y_desc: "responses / s",
-                        series: vec![
-                            per_second(200),
-                            per_second(BAD_GATEWAY),
-                            per_second(GATEWAY_TIMEOUT),
-                        ],
-                    },
-                ],
-            }
+            )
         })
         .collect::<Vec<_>>();
     let title = runs.first().map_or(String::new(), |r| {
@@ -106,41 +76,18 @@ pub fn open_loop(path: &Path, runs: &[OpenLoopRun]) -> Result<()> {
     let columns = runs
         .iter()
         .map(|run| {
-            let requests = run.requests();
-            let total = run.phases.total().as_secs_f64();
-            let per_second = |name, colour, status| Series {
-                name,
-                colour,
-                width: 2,
-                points: seconds(&requests, status, total),
-            };
-            let mut concurrency = limiter_series(&run.ticks);
-            concurrency.push(Series {
-                name: "requests being served",
-                colour: BUSY,
-                width: 1,
-                points: ticks(&run.ticks, |t| t.busy.map(|b| b as f64)),
-            });
-            Column {
-                label: run.limiter.label(),
-                phases: run.phases,
-                panels: [
-                    Panel {
-                        caption: "concurrency to the upstream",
-                        y_desc: "connections",
-                        series: concurrency,
-                    },
-                    Panel {
-                        caption: "what the service's requests got",
-                        y_desc: "requests / s",
-                        series: vec![
-                            per_second("answered / s", SERVED, 200),
-                            per_second("refused / s", REFUSED, BAD_GATEWAY),
-                            per_second("given up on / s", TIMED_OUT, GATEWAY_TIMEOUT),
-                        ],
-                    },
-                ],
-            }
+            requests_column(
+                run.limiter,
+                run.phases,
+                &run.ticks,
+                &run.requests(),
+                Captions {
+                    busy: "requests being served",
+                    got: "what the service's requests got",
+                    unit: "requests / s",
+                    ended: ["answered / s", "refused / s", "given up on / s"],
+                },
+            )
         })
         .collect::<Vec<_>>();
     draw(
@@ -154,6 +101,62 @@ pub fn open_loop(path: &Path, runs: &[OpenLoopRun]) -> Result<()> {
         ),
         &columns,
     )
+}
+
+/// What a column of requests says: the upstream's busy servers, what the requests got and
+/// in what unit, and the names of the three ways a request ends (answered, refused at
+/// connect, timed out).
+struct Captions {
+    busy: &'static str,
+    got: &'static str,
+    unit: &'static str,
+    ended: [&'static str; 3],
+}
+
+/// The limit, in-flight and the upstream's busy servers above; the requests answered,
+/// refused and timed out each second below.
+fn requests_column(
+    limiter: Limiter,
+    phases: Phases,
+    run: &[Tick],
+    requests: &[Request],
+    captions: Captions,
+) -> Column {
+    let total = phases.total().as_secs_f64();
+    let [answered, refused, timed_out] = captions.ended;
+    let per_second = |name, colour, status| Series {
+        name,
+        colour,
+        width: 2,
+        points: seconds(requests, status, total),
+    };
+    let mut concurrency = limiter_series(run);
+    concurrency.push(Series {
+        name: captions.busy,
+        colour: BUSY,
+        width: 1,
+        points: ticks(run, |t| t.busy.map(|b| b as f64)),
+    });
+    Column {
+        label: limiter.label(),
+        phases,
+        panels: [
+            Panel {
+                caption: "concurrency to the upstream",
+                y_desc: "connections",
+                series: concurrency,
+            },
+            Panel {
+                caption: captions.got,
+                y_desc: captions.unit,
+                series: vec![
+                    per_second(answered, SERVED, 200),
+                    per_second(refused, REFUSED, BAD_GATEWAY),
+                    per_second(timed_out, TIMED_OUT, GATEWAY_TIMEOUT),
+                ],
+            },
+        ],
+    }
 }
 
 /// One column per kind of run: the first of each (the runs repeat for their tps only).
