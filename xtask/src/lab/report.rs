@@ -127,14 +127,14 @@ impl<'a> RigFigures<'a> {
         let goodput = self.settled.goodput;
         let against_twin = |share: f64| {
             twin.filter(|_| limited).map(|t| {
-                let ratio = goodput / t.settled.goodput.max(f64::MIN_POSITIVE);
-                (
-                    ratio >= share,
-                    format!(
-                        "{ratio:.2}: {goodput:.1}/s against {:.1}/s",
-                        t.settled.goodput
-                    ),
-                )
+                let theirs = t.settled.goodput;
+                let against = format!("{goodput:.1}/s against {theirs:.1}/s");
+                if theirs > 0.0 {
+                    let ratio = goodput / theirs;
+                    (ratio >= share, format!("{ratio:.2}: {against}"))
+                } else {
+                    (true, against)
+                }
             })
         };
         let mut criteria = vec![(
@@ -167,6 +167,16 @@ impl<'a> RigFigures<'a> {
                 against_twin(SPARE_GOODPUT),
             ));
         }
+        let restore = self.run.phases.window(Phase::Recovery).0 + RECOVERY_S;
+        criteria.push((
+            format!("recovery: refused from {RECOVERY_S} s after the restore"),
+            self.shed_in(&figures::phase(
+                &self.run.requests,
+                &self.run.ticks,
+                (restore, f64::INFINITY),
+            ))
+            .map(|n| (n == 0, n.to_string())),
+        ));
         criteria.push((
             format!("recovery <= {RECOVERY_S} s"),
             Some(match self.recovery_s {
@@ -694,7 +704,10 @@ impl Report<'_> {
              nginx's {timeout} s timeout the first of them end as 504s; the whole phase's \
              figures are shown beside them.\n\
              - Recovery: from the upstream's restore to the end of the first second from which \
-             goodput stays at {recovered:.0} % of the healthy phase's for {hold} s, in whole seconds.\n\
+             goodput over {hold} s averages {recovered:.0} % of the healthy phase's, in whole seconds (an \
+             average: clients an exact service time keeps in step answer in bursts). Refused \
+             from {recovery:.0} s after the restore: the limiter's refusals from then to the end, \
+             the simulator's recovery criterion.\n\
              - Shed and would_shed: the limiter's own counters, over the phase.\n\
              - With no limiter, a saturated upstream's queue grows past nginx's {timeout} s: \
              nginx gives up (504) while the requests it abandoned still wait in the upstream's \
@@ -705,6 +718,7 @@ impl Report<'_> {
             settle = SETTLE_S,
             spare = SETTLE_SPARE_S,
             hold = figures::RECOVERED_FOR_S,
+            recovery = RECOVERY_S,
         );
     }
 }
