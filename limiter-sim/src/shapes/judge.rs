@@ -71,21 +71,21 @@ pub const CRITERIA: [Column; 9] = [
 
 /// The saturated criteria are judged from this long after the step: at the step every
 /// request in flight waits out the slow service time whatever any limit does.
-const SETTLE_S: f64 = 10.0;
+pub const SETTLE_S: f64 = 10.0;
 /// The spare criterion is judged from this long after the step: time for a limit cut on
 /// the first slow answers to be undone.
-const LATE_S: f64 = 20.0;
-const GOODPUT_OF_CAPACITY: f64 = 0.9;
+pub const LATE_S: f64 = 20.0;
+pub const GOODPUT_OF_CAPACITY: f64 = 0.9;
 /// The admitted p99 may exceed the upstream's own p99 service time by this factor: an
 /// exact service time leaves less room, since one request waiting is a whole round more.
-const P99_EXACT: f64 = 1.3;
-const P99_VARIABLE: f64 = 1.5;
+pub const P99_EXACT: f64 = 1.3;
+pub const P99_VARIABLE: f64 = 1.5;
 /// Two runs that both serve all the upstream can serve differ by their draws: a goodput
 /// this close under another's counts as at least as much.
-const SAME_WITHIN: f64 = 0.05;
-const SPARE_OF_TWIN: f64 = 0.9;
-const FIRST_REFUSAL_S: f64 = 3.0;
-const RECOVERED_S: f64 = 5.0;
+pub const SAME_WITHIN: f64 = 0.05;
+pub const SPARE_OF_TWIN: f64 = 0.9;
+pub const FIRST_REFUSAL_S: f64 = 3.0;
+pub const RECOVERED_S: f64 = 5.0;
 
 /// What playing a shape produced.
 pub struct PlayedShape {

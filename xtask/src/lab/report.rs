@@ -14,6 +14,15 @@ use super::{
 use crate::bench::machine::{command_line, Machine};
 use crate::bench::stats::median;
 use crate::client::Fate;
+// The simulator's criteria for shapes (docs/simulation.md, "Criteria"), the lab's too: a
+// saturated upstream's goodput must reach a share of what it can serve and its twin's
+// (less the draws' noise), one with workers to spare a share of its twin's, judged from
+// a while after the step (longer with workers to spare), and refusals must stop soon
+// after the restore.
+use limiter_sim::shapes::judge::{
+    GOODPUT_OF_CAPACITY as SATURATED_GOODPUT, LATE_S as SETTLE_SPARE_S, RECOVERED_S as RECOVERY_S,
+    SAME_WITHIN as TWIN_SLACK, SETTLE_S, SPARE_OF_TWIN as SPARE_GOODPUT,
+};
 
 pub struct Pictures {
     /// One per shape, in the order they ran.
@@ -34,19 +43,6 @@ pub struct Report<'a> {
     pub pictures: Pictures,
 }
 
-/// The simulator's criteria for shapes (docs/simulation.md, "Criteria"). A saturated
-/// upstream's goodput must reach this share of what it can serve, and its twin's less
-/// `TWIN_SLACK`; one with workers to spare, this share of its twin's.
-const SATURATED_GOODPUT: f64 = 0.9;
-const TWIN_SLACK: f64 = 0.05;
-const SPARE_GOODPUT: f64 = 0.9;
-const RECOVERY_S: f64 = 5.0;
-/// The incident's targets are judged from this far into it, as the simulator judges its
-/// shapes: at the step, every request in flight waits out the slow service time whatever
-/// any limit does, and the first slow answers take that long to arrive. A slower upstream
-/// with workers to spare is given longer.
-const SETTLE_S: f64 = 10.0;
-const SETTLE_SPARE_S: f64 = 20.0;
 /// pgbench's throughput with the limiter against without it.
 const PGBENCH_TPS: f64 = 0.97;
 

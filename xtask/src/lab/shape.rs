@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use limiter_sim::shapes::judge::{P99_EXACT, P99_VARIABLE};
+
 /// What serves the upstream's requests.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Servers {
@@ -159,9 +161,9 @@ impl RigShape {
     /// a service time that varies.
     pub fn p99_bound(&self) -> f64 {
         if self.sigma < 0.01 {
-            1.3
+            P99_EXACT
         } else {
-            1.5
+            P99_VARIABLE
         }
     }
 }
