@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use limiter_sim::shapes::judge::{P99_EXACT, P99_VARIABLE};
+use limiter_sim::shapes::{SATURATED_LOAD, SPARE_LOAD};
 
 /// What serves the upstream's requests.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -96,10 +97,6 @@ impl std::fmt::Display for RigShape {
 
 /// The standard normal's 99th percentile.
 const Z99: f64 = 2.326;
-/// Demand at least this share of the capacity is saturated, at most `SPARE` has servers to
-/// spare (the simulator's families).
-const SATURATED: f64 = 1.1;
-const SPARE: f64 = 0.8;
 
 impl RigShape {
     pub fn servers(&self) -> usize {
@@ -145,11 +142,11 @@ impl RigShape {
     }
 
     pub fn saturated(&self) -> bool {
-        self.demand(self.slow) >= SATURATED * self.capacity(self.slow)
+        self.demand(self.slow) >= SATURATED_LOAD * self.capacity(self.slow)
     }
 
     pub fn spare(&self) -> bool {
-        self.demand(self.slow) <= SPARE * self.capacity(self.slow)
+        self.demand(self.slow) <= SPARE_LOAD * self.capacity(self.slow)
     }
 
     /// The upstream's own p99 service time in the incident, in milliseconds.

@@ -22,8 +22,8 @@ pub const SUMMARY: &str = "=== kernel test harnesses on";
 
 /// Tests marked ignored are those that need what a development machine may lack (such as
 /// network emulation); the VM has it all, so they run too. One test at a time: on the
-/// VM's two CPUs, concurrent closed-loop tests starve one another's traffic until every
-/// upstream looks slow.
+/// VM's one or two CPUs, concurrent closed-loop tests starve one another's traffic until
+/// every upstream looks slow.
 pub fn script(harnesses: &[Executable]) -> String {
     let mut s = String::from(
         "#!/bin/sh
