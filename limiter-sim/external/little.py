@@ -24,7 +24,9 @@ incident  half a window's answers or more (failures counted as slow) are slower 
           slower: the service time starts over from them, the knee and the throughput are
           forgotten. Without a queue, a bound limit grows once its change has been seen (3
           service times): doubling under half the knee, by a tenth (at least 1) every 5
-          growths over it, forgetting the knee past 1.5x it. Failures with no answer halve
+          growths over it. The knee is forgotten past 1.5x it, once the service time has
+          moved over 1.25x from the one it was found at, and in a window near normal.
+          Failures with no answer halve
           it, once per change. Three windows in a row with a median within 1.25x the normal
           and no failure end the incident.
 
@@ -174,7 +176,7 @@ class Destination:
         if queue:
             target = max(self.served) * self.service_mean / 1e9
             self.set(min(self.limit, target), f"queue of {queued:.1f}: served/s x service time", now_ns)
-            self.knee = self.limit
+            self.knee, self.knee_service = self.limit, self.service_median
             self.changed_at = now_ns
             if self.cut_to is None:
                 self.cut_to, self.cut_at = self.limit, now_ns
@@ -183,6 +185,10 @@ class Destination:
         self.calm_means.append(mean)
         self.service_median = statistics.median(self.calm_medians)
         self.service_mean = statistics.median(self.calm_means)
+        # A knee holds only at the service time it was found at, and not once answers are
+        # back near normal.
+        if self.knee and (self.calm or not self.knee_service / (1 + TOL) <= self.service_median <= self.knee_service * (1 + TOL)):
+            self.knee = None
         if self.cut_to is not None and len(after_cut) >= MIN_ANSWERS:
             self.cut_to = self.cut_at = None
         seen = self.changed_at is None or now_ns - self.changed_at >= 3 * self.service_median
