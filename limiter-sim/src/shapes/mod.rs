@@ -110,7 +110,7 @@ pub enum Demand {
 pub const SATURATED_LOAD: f64 = 1.1;
 pub const SPARE_LOAD: f64 = 0.8;
 /// A spread of the service time under this is a sleep's, an exact service time.
-const EXACT_SIGMA_BELOW: f64 = 0.01;
+pub const EXACT_SIGMA_BELOW: f64 = 0.01;
 
 impl Shape {
     /// A service time that varies no more than a timer's jitter: one request waiting for

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use limiter_sim::shapes::judge::{P99_EXACT, P99_VARIABLE};
-use limiter_sim::shapes::{SATURATED_LOAD, SPARE_LOAD};
+use limiter_sim::shapes::{EXACT_SIGMA_BELOW, SATURATED_LOAD, SPARE_LOAD};
 
 /// What serves the upstream's requests.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -157,7 +157,7 @@ impl RigShape {
     /// The admitted p99 allowed, as a multiple of the service's own: 1.3 for a sleep, 1.5 for
     /// a service time that varies.
     pub fn p99_bound(&self) -> f64 {
-        if self.sigma < 0.01 {
+        if self.sigma < EXACT_SIGMA_BELOW {
             P99_EXACT
         } else {
             P99_VARIABLE
