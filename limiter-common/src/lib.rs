@@ -6,7 +6,7 @@
 
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-pub const ABI_VERSION: u32 = 9;
+pub const ABI_VERSION: u32 = 10;
 
 /// A value the kernel wrote that no variant of the named ABI enum has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,6 +77,10 @@ abi_enum! {
         Redirected = 3,
         /// Shadow: `limiter_event.peer` had room.
         WouldRedirect = 4,
+        /// Held until a slot frees (overflow = queue).
+        Queued = 5,
+        /// Refused: the queue was past its bounds.
+        QueueFull = 6,
     }
 }
 
@@ -87,6 +91,8 @@ impl EventKind {
             EventKind::WouldShed => "would_shed",
             EventKind::Redirected => "redirected",
             EventKind::WouldRedirect => "would_redirect",
+            EventKind::Queued => "queued",
+            EventKind::QueueFull => "queue_full",
         }
     }
 
@@ -111,6 +117,22 @@ abi_enum! {
         Handshake = 6,
         HungUp = 7,
         Untimed = 8,
+        /// A queued connect admitted; `value_ns` is its wait.
+        Waited = 9,
+        /// A queued connect failed at the maximum wait; `value_ns` is its wait.
+        WaitExpired = 10,
+        /// A queued connect closed by the application; `value_ns` is its wait.
+        WaitAbandoned = 11,
+    }
+}
+
+abi_enum! {
+    /// `queue_policy.overflow` (`LIMITER_OVERFLOW_*`): what a connect at the limit gets.
+    Overflow {
+        /// In a per-destination policy: the global one.
+        Default = 0,
+        Refuse = 1,
+        Queue = 2,
     }
 }
 
@@ -231,6 +253,22 @@ pub struct DestPolicy {
     pub p90_ns: u64,
     pub account_as: DestKey,
     pub _pad: u32,
+    /// `overflow` 0: the global one.
+    pub queue: QueuePolicy,
+    /// Queued connects' recent waits, published by the agent; 0: none.
+    pub wait_p50_ns: u64,
+    pub wait_p99_ns: u64,
+}
+
+/// What a connect at the limit gets (prod): refused, or held until a slot frees, up to
+/// `wait_pct` of the limit, a rising share refused up to `refuse_pct`, all past it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueuePolicy {
+    pub overflow: u32,
+    pub wait_pct: u16,
+    pub refuse_pct: u16,
+    pub max_wait_ns: u64,
 }
 
 #[repr(C)]
@@ -254,6 +292,14 @@ pub struct DestState {
     pub answers_429: u64,
     pub answers_5xx: u64,
     pub answers_503: u64,
+    /// Overflow = queue: waiting now; queued, admitted from the queue, refused as it was
+    /// full, failed at the maximum wait, abandoned while waiting.
+    pub waiting: i64,
+    pub queued: u64,
+    pub queue_admitted: u64,
+    pub queue_full: u64,
+    pub queue_expired: u64,
+    pub queue_abandoned: u64,
 }
 
 /// A group member's fall-forward candidates, in the order they are tried.
@@ -289,6 +335,7 @@ pub struct LimiterConfig {
     pub _pad: u32,
     pub heartbeat_ns: u64,
     pub heartbeat_timeout_ns: u64,
+    pub queue: QueuePolicy,
 }
 
 #[repr(C)]
@@ -328,6 +375,11 @@ pub struct SockState {
     pub untimed: u8,
     pub segments: u8,
     pub h2_stream: u32,
+    pub waiting: u32,
+    pub max_wait_ms: u32,
+    pub queued_ns: u64,
+    pub user_timeout_ms: u32,
+    pub _pad: u32,
 }
 
 #[repr(C)]
@@ -373,12 +425,13 @@ impl LimiterEvent {
 
 const _: () = {
     assert!(core::mem::size_of::<DestKey>() == 20);
-    assert!(core::mem::size_of::<DestPolicy>() == 48);
-    assert!(core::mem::size_of::<DestState>() == 120);
+    assert!(core::mem::size_of::<DestPolicy>() == 80);
+    assert!(core::mem::size_of::<DestState>() == 168);
     assert!(core::mem::size_of::<DestPeers>() == 144);
-    assert!(core::mem::size_of::<LimiterConfig>() == 32);
+    assert!(core::mem::size_of::<QueuePolicy>() == 16);
+    assert!(core::mem::size_of::<LimiterConfig>() == 48);
     assert!(core::mem::size_of::<GlobalStats>() == 32);
-    assert!(core::mem::size_of::<SockState>() == 96);
+    assert!(core::mem::size_of::<SockState>() == 120);
     assert!(core::mem::size_of::<LimiterEvent>() == 80);
     assert!(core::mem::size_of::<LimiterSignal>() == 48);
 };

@@ -27,7 +27,17 @@ fn layouts() -> Vec<Layout> {
         layout!(
             DestPolicy,
             "dest_policy",
-            [limit, mode, baseline_ns, p90_ns, account_as, _pad]
+            [
+                limit,
+                mode,
+                baseline_ns,
+                p90_ns,
+                account_as,
+                _pad,
+                queue,
+                wait_p50_ns,
+                wait_p99_ns
+            ]
         ),
         layout!(
             DestState,
@@ -47,8 +57,19 @@ fn layouts() -> Vec<Layout> {
                 answers_4xx,
                 answers_429,
                 answers_5xx,
-                answers_503
+                answers_503,
+                waiting,
+                queued,
+                queue_admitted,
+                queue_full,
+                queue_expired,
+                queue_abandoned
             ]
+        ),
+        layout!(
+            QueuePolicy,
+            "queue_policy",
+            [overflow, wait_pct, refuse_pct, max_wait_ns]
         ),
         layout!(DestPeers, "dest_peers", [count, peers]),
         layout!(
@@ -60,7 +81,8 @@ fn layouts() -> Vec<Layout> {
                 initial_limit,
                 _pad,
                 heartbeat_ns,
-                heartbeat_timeout_ns
+                heartbeat_timeout_ns,
+                queue
             ]
         ),
         layout!(
@@ -87,7 +109,12 @@ fn layouts() -> Vec<Layout> {
                 tls,
                 untimed,
                 segments,
-                h2_stream
+                h2_stream,
+                waiting,
+                max_wait_ms,
+                queued_ns,
+                user_timeout_ms,
+                _pad
             ]
         ),
         layout!(
@@ -142,6 +169,13 @@ fn enum_constants() -> Vec<(&'static str, u32)> {
         WouldShed => "LIMITER_EVENT_WOULD_SHED",
         Redirected => "LIMITER_EVENT_REDIRECTED",
         WouldRedirect => "LIMITER_EVENT_WOULD_REDIRECT",
+        Queued => "LIMITER_EVENT_QUEUED",
+        QueueFull => "LIMITER_EVENT_QUEUE_FULL",
+    });
+    mirrored!(all, Overflow {
+        Default => "LIMITER_OVERFLOW_DEFAULT",
+        Refuse => "LIMITER_OVERFLOW_REFUSE",
+        Queue => "LIMITER_OVERFLOW_QUEUE",
     });
     mirrored!(all, SignalKind {
         Sample => "LIMITER_SIGNAL_SAMPLE",
@@ -152,6 +186,9 @@ fn enum_constants() -> Vec<(&'static str, u32)> {
         Handshake => "LIMITER_SIGNAL_HANDSHAKE",
         HungUp => "LIMITER_SIGNAL_HUNG_UP",
         Untimed => "LIMITER_SIGNAL_UNTIMED",
+        Waited => "LIMITER_SIGNAL_WAITED",
+        WaitExpired => "LIMITER_SIGNAL_WAIT_EXPIRED",
+        WaitAbandoned => "LIMITER_SIGNAL_WAIT_ABANDONED",
     });
     mirrored!(all, SockPhase {
         Idle => "LIMITER_PHASE_IDLE",
@@ -176,9 +213,10 @@ fn enum_constants() -> Vec<(&'static str, u32)> {
 }
 
 /// The header families the enums mirror.
-const ENUM_PREFIXES: [&str; 6] = [
+const ENUM_PREFIXES: [&str; 7] = [
     "LIMITER_MODE_",
     "LIMITER_EVENT_",
+    "LIMITER_OVERFLOW_",
     "LIMITER_SIGNAL_",
     "LIMITER_PHASE_",
     "LIMITER_PROTO_",

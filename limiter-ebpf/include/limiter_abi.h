@@ -13,7 +13,7 @@
 
 #include <linux/types.h>
 
-#define LIMITER_ABI_VERSION 9
+#define LIMITER_ABI_VERSION 10
 
 /* Modes. 0 in a per-destination policy means "use the global default". */
 #define LIMITER_MODE_DEFAULT 0
@@ -26,6 +26,13 @@
 #define LIMITER_EVENT_WOULD_SHED 2
 #define LIMITER_EVENT_REDIRECTED 3     /* handed to limiter_event.peer (fall-forward) */
 #define LIMITER_EVENT_WOULD_REDIRECT 4 /* shadow: limiter_event.peer had room */
+#define LIMITER_EVENT_QUEUED 5         /* held until a slot frees (overflow = queue) */
+#define LIMITER_EVENT_QUEUE_FULL 6     /* refused: the queue was past its bounds */
+
+/* What a connect at the limit gets. 0 in a per-destination queue_policy: the global one. */
+#define LIMITER_OVERFLOW_DEFAULT 0
+#define LIMITER_OVERFLOW_REFUSE 1
+#define LIMITER_OVERFLOW_QUEUE 2
 
 /* Fall-forward. A destination has at most LIMITER_MAX_PEERS peers (groups of up to 8
  * members), so that trying them is a loop of constant bound. Only members of configured
@@ -50,6 +57,11 @@
 					  * value_ns = time since the request started */
 #define LIMITER_SIGNAL_UNTIMED 8         /* an exchange answered whose answer could not be
 					  * timed; or a connection none of whose can be */
+#define LIMITER_SIGNAL_WAITED 9          /* a queued connect admitted; value_ns = its wait */
+#define LIMITER_SIGNAL_WAIT_EXPIRED 10   /* a queued connect failed at the maximum wait;
+					  * value_ns = its wait */
+#define LIMITER_SIGNAL_WAIT_ABANDONED 11 /* a queued connect closed by the application;
+					  * value_ns = its wait */
 
 /* Where a connection is in its request/response cycle. */
 #define LIMITER_PHASE_IDLE 0      /* nothing outstanding: the next payload sent starts a request */
@@ -83,6 +95,16 @@ struct dest_key {
 	__u16 _pad;
 };
 
+/* What happens to a connect at the limit (prod): refused, or held until a slot frees. The
+ * queue's bounds are shares of the limit, in percent: up to wait_pct every connect waits,
+ * from there to refuse_pct a rising share is refused, past it all are. */
+struct queue_policy {
+	__u32 overflow; /* LIMITER_OVERFLOW_* */
+	__u16 wait_pct;
+	__u16 refuse_pct;
+	__u64 max_wait_ns; /* a queued connect never succeeds later than this */
+};
+
 /* Written by the agent; absent means initial limit and global mode. The latencies are the
  * controller's view, published so that `status` can show them without the agent. */
 struct dest_policy {
@@ -94,6 +116,9 @@ struct dest_policy {
 	 * this key, whose own policy holds the limit; port 0 means "this address itself". */
 	struct dest_key account_as;
 	__u32 _pad;
+	struct queue_policy queue; /* overflow 0: the global one */
+	__u64 wait_p50_ns; /* queued connects' recent waits; 0: none */
+	__u64 wait_p99_ns;
 };
 
 /* Owned by the kernel, created on a destination's first connect. Never evicted: the agent
@@ -120,6 +145,15 @@ struct dest_state {
 	__u64 answers_429;
 	__u64 answers_5xx;
 	__u64 answers_503;
+	/* Overflow = queue: connects waiting now, and since the entry was made, those queued,
+	 * admitted from the queue, refused as it was full, failed at the maximum wait, and
+	 * abandoned by the application while waiting. */
+	__s64 waiting;
+	__u64 queued;
+	__u64 queue_admitted;
+	__u64 queue_full;
+	__u64 queue_expired;
+	__u64 queue_abandoned;
 };
 
 /* Written by the agent for each member of a configured group: where a connect to this
@@ -138,6 +172,7 @@ struct limiter_config {
 	__u32 _pad;
 	__u64 heartbeat_ns; /* CLOCK_MONOTONIC, refreshed by the agent */
 	__u64 heartbeat_timeout_ns;
+	struct queue_policy queue;
 };
 
 /* Global counters, one copy per CPU. */
@@ -169,6 +204,12 @@ struct sock_state {
 	__u8 untimed;   /* TLS 1.3: application flights still to pass over untimed */
 	__u8 segments;  /* client payload segments read for the protocol, up to a bound */
 	__u32 h2_stream; /* h2c: the stream of the outstanding request */
+	/* Overflow = queue. */
+	__u32 waiting;     /* 1 while queued: the SYN is held until a slot frees */
+	__u32 max_wait_ms; /* the queue's, when it joined */
+	__u64 queued_ns;   /* when it joined; 0 once established, or never queued */
+	__u32 user_timeout_ms; /* the application's TCP_USER_TIMEOUT, put back when established */
+	__u32 _pad;
 };
 
 /* A decision, sent to the agent through the ring buffer. */

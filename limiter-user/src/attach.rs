@@ -11,7 +11,7 @@ use aya::{
     },
     Btf, Ebpf, EbpfLoader,
 };
-use limiter_common::{maps, DestKey, DestPeers, DestPolicy, SockState, EVENTS_BYTES};
+use limiter_common::{maps, DestKey, DestPeers, DestPolicy, QueuePolicy, SockState, EVENTS_BYTES};
 use tracing::{info, warn};
 
 use crate::{
@@ -34,6 +34,8 @@ fn wakeup_bytes(ring_bytes: u32) -> u32 {
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub default_mode: Mode,
+    /// What a connect at the limit gets where a destination does not say.
+    pub queue: QueuePolicy,
     /// The limit of a destination no policy covers yet.
     pub unseen_limit: u32,
     pub heartbeat_timeout: Duration,
@@ -57,9 +59,10 @@ pub struct Rings {
 /// Release paths, observers and the getpeername restore: attached before any connect hook,
 /// so that from the moment a connect can take a slot (or be redirected to a peer), the slot
 /// comes back (and the application sees the address it asked for).
-const OBSERVERS: [&str; 6] = [
+const OBSERVERS: [&str; 7] = [
     "limiter_state_change",
     "limiter_sock_release",
+    "limiter_sockops",
     "limiter_egress",
     "limiter_ingress",
     "limiter_getpeername4",
@@ -306,6 +309,7 @@ fn load_and_attach(
         .map_max_entries(maps::POLICIES, policies_capacity(settings))
         .map_max_entries(maps::SIGNALS, settings.signal_buffer_bytes)
         .override_global("have_set_retval", &u8::from(kernel.has_set_retval), true)
+        .override_global("queue_rto_jiffies", &queue_rto_jiffies(kernel.hz), true)
         .override_global("events_wakeup_bytes", &wakeup_bytes(EVENTS_BYTES), true)
         .override_global(
             "signals_wakeup_bytes",
@@ -350,6 +354,15 @@ fn load_and_attach(
     );
     attach_all(&CONNECT_HOOKS, &mut ebpf)?;
     Ok((ebpf, links, maps, rings))
+}
+
+/// A queued connect's SYN timer: each retransmission asks for a slot, so this is how long a
+/// freed slot may wait for a waiter (while the kernel's backoff stays linear: four times on
+/// Linux 6.7+, then doubling). Linux's own first timer is 1 s.
+const QUEUE_RTO: Duration = Duration::from_millis(100);
+
+fn queue_rto_jiffies(hz: u32) -> u32 {
+    (QUEUE_RTO.as_millis() as u32 * hz / 1000).max(1)
 }
 
 /// A table the kernel cannot make is the size asked for, which the user can change.
@@ -418,6 +431,11 @@ fn attach(prog: &mut Program, cgroup: &std::fs::File) -> Result<FdLink> {
             p.take_link(id)?.try_into()?
         }
         Program::CgroupSockAddr(p) => {
+            p.load()?;
+            let id = p.attach(cgroup, mode)?;
+            p.take_link(id)?.try_into()?
+        }
+        Program::SockOps(p) => {
             p.load()?;
             let id = p.attach(cgroup, mode)?;
             p.take_link(id)?.try_into()?

@@ -3,7 +3,7 @@
 use std::{net::SocketAddr, path::Path};
 
 use anyhow::{bail, Context, Result};
-use limiter_common::{DestKey, PolicyMode, MAX_PEERS, PEERS_ENTRIES};
+use limiter_common::{DestKey, PolicyMode, QueuePolicy, MAX_PEERS, PEERS_ENTRIES};
 use limiter_core::{Algorithm, ControlConfig, Limits};
 use serde::{Deserialize, Serialize};
 
@@ -53,12 +53,95 @@ impl From<Mode> for PolicyMode {
     }
 }
 
+/// What a connect at the limit gets in prod.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Overflow {
+    /// Refused at once (ECONNREFUSED).
+    Refuse,
+    /// Held, with nothing sent, until a slot frees, within `[queue]`'s bounds.
+    Queue,
+}
+
+impl Overflow {
+    fn abi(self) -> u32 {
+        limiter_common::Overflow::from(self).into()
+    }
+}
+
+impl From<Overflow> for limiter_common::Overflow {
+    fn from(o: Overflow) -> Self {
+        match o {
+            Overflow::Refuse => limiter_common::Overflow::Refuse,
+            Overflow::Queue => limiter_common::Overflow::Queue,
+        }
+    }
+}
+
+/// The queue of `overflow = "queue"`: its bounds are factors of the current limit.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct QueueConfig {
+    /// Up to this many times the limit (in flight plus waiting), every connect may wait.
+    pub wait: f64,
+    /// From `wait` to this, a rising share is refused at once; past it, all are.
+    pub refuse: f64,
+    /// A queued connect is admitted within this, or fails with ETIMEDOUT then.
+    pub max_wait_ms: u64,
+}
+
+impl Default for QueueConfig {
+    fn default() -> Self {
+        QueueConfig {
+            wait: 2.0,
+            refuse: 3.0,
+            max_wait_ms: 1000,
+        }
+    }
+}
+
+/// The queue's bounds stay within what the kernel's percent fields hold.
+const MAX_QUEUE_FACTOR: f64 = 6.0;
+/// TCP_USER_TIMEOUT ends a wait: it takes milliseconds, and a connect waiting a minute has
+/// long been given up on.
+const MAX_WAIT_MS: u64 = 60_000;
+
+impl QueueConfig {
+    fn validate(&self) -> Result<()> {
+        if !(1.0..=MAX_QUEUE_FACTOR).contains(&self.wait)
+            || !(self.wait..=MAX_QUEUE_FACTOR).contains(&self.refuse)
+        {
+            bail!(
+                "wait and refuse must satisfy 1 <= wait <= refuse <= {MAX_QUEUE_FACTOR}, not {} and {}",
+                self.wait,
+                self.refuse
+            );
+        }
+        within("max_wait_ms", self.max_wait_ms, MAX_WAIT_MS)
+    }
+
+    /// The kernel's form of this queue for `overflow`.
+    pub fn policy(&self, overflow: Overflow) -> QueuePolicy {
+        let pct = |factor: f64| (factor * 100.0).round() as u16;
+        QueuePolicy {
+            overflow: overflow.abi(),
+            wait_pct: pct(self.wait),
+            refuse_pct: pct(self.refuse),
+            max_wait_ns: self.max_wait_ms * 1_000_000,
+        }
+    }
+}
+
 /// The file as written; every key optional, defaults embedded below.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     #[serde(default = "default_mode")]
     pub mode: Mode,
+    #[serde(default = "default_overflow")]
+    pub overflow: Overflow,
+    #[serde(default)]
+    pub queue: QueueConfig,
     #[serde(default)]
     pub algorithm: Algorithm,
     #[serde(default)]
@@ -98,6 +181,7 @@ pub struct DestinationConfig {
     #[serde(default)]
     pub addresses: Vec<SocketAddr>,
     pub mode: Option<Mode>,
+    pub overflow: Option<Overflow>,
     pub algorithm: Option<Algorithm>,
     pub limit: Option<u32>,
     pub initial: Option<u32>,
@@ -113,6 +197,7 @@ pub struct GroupConfig {
     pub name: String,
     pub members: Vec<SocketAddr>,
     pub mode: Option<Mode>,
+    pub overflow: Option<Overflow>,
     pub algorithm: Option<Algorithm>,
     pub limit: Option<u32>,
     pub initial: Option<u32>,
@@ -124,6 +209,7 @@ pub struct GroupConfig {
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Overrides {
     pub mode: Option<Mode>,
+    pub overflow: Option<Overflow>,
     pub algorithm: Option<Algorithm>,
     pub limit: Option<u32>,
     pub initial: Option<u32>,
@@ -139,6 +225,7 @@ macro_rules! overrides_of {
             pub fn overrides(&self) -> Overrides {
                 Overrides {
                     mode: self.mode,
+                    overflow: self.overflow,
                     algorithm: self.algorithm,
                     limit: self.limit,
                     initial: self.initial,
@@ -173,6 +260,9 @@ pub struct ExcludeConfig {
 
 fn default_mode() -> Mode {
     Mode::Prod
+}
+fn default_overflow() -> Overflow {
+    Overflow::Refuse
 }
 fn default_heartbeat_timeout() -> u64 {
     10
@@ -214,6 +304,7 @@ impl Config {
 
     pub fn validate(&self) -> Result<()> {
         validate_limits(self.limits).context("[limits]")?;
+        self.queue.validate().context("[queue]")?;
         if self.limit == Some(0) {
             bail!("limit must be at least 1");
         }
@@ -383,6 +474,16 @@ impl Config {
 
     pub fn override_mode(&self, o: &Overrides) -> Mode {
         o.mode.unwrap_or(self.mode)
+    }
+
+    /// The queue every destination without an `overflow` of its own gets.
+    pub fn queue_policy(&self) -> QueuePolicy {
+        self.queue.policy(self.overflow)
+    }
+
+    /// A configured destination's queue: none (the global one) unless it sets `overflow`.
+    pub fn override_queue(&self, o: &Overrides) -> Option<QueuePolicy> {
+        o.overflow.map(|overflow| self.queue.policy(overflow))
     }
 
     fn override_limits(&self, o: &Overrides) -> Limits {

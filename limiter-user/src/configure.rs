@@ -77,6 +77,8 @@ impl Journal<'_> {
                 policy.limit = published.limit;
                 policy.baseline_ns = published.baseline_ns;
                 policy.p90_ns = published.p90_ns;
+                policy.wait_p50_ns = published.wait_p50_ns;
+                policy.wait_p99_ns = published.wait_p99_ns;
             }
             self.set_policy(*key, Some(policy))?;
         }
@@ -87,6 +89,7 @@ impl Journal<'_> {
             initial_limit: settings.unseen_limit,
             heartbeat_ns: monotonic_ns(),
             heartbeat_timeout_ns: settings.heartbeat_timeout.as_nanos() as u64,
+            queue: settings.queue,
             ..LimiterConfig::default()
         })
     }

@@ -4,17 +4,18 @@
 use std::time::Duration;
 
 use foldhash::HashMap;
-use limiter_common::{DestKey, DestPolicy};
+use limiter_common::DestKey;
 use limiter_core::{ControlConfig, Controller, DestinationController, Outcome, WindowReport};
 use tracing::debug;
 
 use crate::{
     failures::Failures,
-    feed::{self, Event, Feed, LimitChange},
-    latency_ring::{Signal, SignalEvent},
+    feed::{self, Event, Feed, LimitChange, WaitEnded},
+    latency_ring::{Signal, SignalEvent, WaitEnd},
     maps::Maps,
     prefetch::prefetch,
     resolved_config::ResolvedConfig,
+    wait_log::WaitLog,
 };
 
 /// A cache line, for [`ControlLoop::warm`]'s prefetches.
@@ -30,7 +31,7 @@ struct Managed {
     key: DestKey,
     config: ControlConfig,
     /// What the kernel has now, so that only changes are written; None to write again.
-    published: Option<DestPolicy>,
+    published: Option<Published>,
     /// The limit the kernel enforces, whatever `published` says.
     enforced: Option<u32>,
     /// Verdicts since the last limit change: part of why the limit moves (saturating: a
@@ -41,6 +42,16 @@ struct Managed {
     overloads: u16,
     /// Rebuilt by a new configuration since the last limit change.
     reconfigured: bool,
+}
+
+/// What a controller last wrote to its policy: the rest of it is the configuration's.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Published {
+    limit: u32,
+    baseline_ns: u64,
+    p90_ns: u64,
+    /// Queue waits: p50, p99.
+    waits: (u64, u64),
 }
 
 /// Limit changes since the agent started, by direction.
@@ -72,6 +83,8 @@ pub struct ControlLoop {
     /// The slots the update tick visits: controllers with something to decide. A quiet one
     /// (no traffic for a while) costs its memory only, until a signal wakes it.
     awake: Vec<u32>,
+    /// The waits of connects admitted from a queue, for the destinations that queue.
+    waits: HashMap<DestKey, WaitLog>,
     forget_idle: Duration,
     /// When the kernel's table was last walked for idle destinations.
     walked_ns: Option<u64>,
@@ -88,6 +101,7 @@ impl ControlLoop {
             managed: Vec::new(),
             slot_of: HashMap::default(),
             awake: Vec::new(),
+            waits: HashMap::default(),
             forget_idle,
             walked_ns: None,
             forgotten: 0,
@@ -156,6 +170,7 @@ impl ControlLoop {
             return;
         };
         let slot = slot as usize;
+        self.waits.remove(key);
         self.managed.swap_remove(slot);
         if let Some(moved) = self.managed.get(slot) {
             self.slot_of.insert(moved.key, slot as u32);
@@ -213,6 +228,21 @@ impl ControlLoop {
             Signal::GaveUp { waited_ns } => Outcome::GaveUp { waited_ns },
             Signal::HungUp { waited_ns } => Outcome::HungUp { waited_ns },
             Signal::Untimed => Outcome::Untimed,
+            Signal::Waited { waited_ns, end } => {
+                // Our queue, not the upstream's latency: shown, never fed to the controller.
+                if end == WaitEnd::Admitted && self.managed(ev.dest, ev.ts_ns, None).is_some() {
+                    self.waits.entry(ev.dest).or_default().push(waited_ns);
+                }
+                self.feed.publish(|| {
+                    Some(Event::Waited(WaitEnded {
+                        at_ms: feed::now_ms(),
+                        destination: ev.dest.socket_addr().to_string(),
+                        end: end.name().into(),
+                        waited_ms: waited_ns as f64 / 1e6,
+                    }))
+                });
+                return;
+            }
             Signal::Handshake { inflight, .. } => {
                 // A connection alone makes no controller: a destination only connected to
                 // costs nothing (the agent's work follows destinations with traffic).
@@ -260,22 +290,24 @@ impl ControlLoop {
             let limit = m
                 .controller
                 .update_reporting(now_ns, &mut |w| log_window(key, w));
-            let baseline_ns = m.controller.baseline_ns().unwrap_or(0);
-            let p90_ns = m.controller.p90_ns().unwrap_or(0);
+            let published = Published {
+                limit,
+                baseline_ns: m.controller.baseline_ns().unwrap_or(0),
+                p90_ns: m.controller.p90_ns().unwrap_or(0),
+                waits: self.waits.get_mut(key).map_or((0, 0), WaitLog::quantiles),
+            };
             // Most ticks close no window: nothing to compare, let alone to write.
-            let unchanged = m.published.is_some_and(|p| {
-                (p.limit, p.baseline_ns, p.p90_ns) == (limit, baseline_ns, p90_ns)
-            });
-            if !unchanged {
+            if m.published != Some(published) {
                 let mut policy = self.plan.initial_policy(key);
                 policy.limit = limit;
-                policy.baseline_ns = baseline_ns;
-                policy.p90_ns = p90_ns;
+                policy.baseline_ns = published.baseline_ns;
+                policy.p90_ns = published.p90_ns;
+                (policy.wait_p50_ns, policy.wait_p99_ns) = published.waits;
                 let written = maps.policies.insert(key, policy, 0);
                 if self.failures.check("writing a limit", written).is_none() {
                     continue; // stays awake: written on the next tick
                 }
-                m.published = Some(policy);
+                m.published = Some(published);
                 // Before its first publication the kernel enforces the initial policy.
                 let old = m
                     .enforced

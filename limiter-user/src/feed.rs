@@ -45,6 +45,12 @@ pub enum Event {
     Redirected(Decision),
     /// A connect shadow mode let through where prod would have redirected it.
     WouldRedirect(Decision),
+    /// A connect at the limit held until a slot frees (overflow = queue).
+    Queued(Decision),
+    /// A connect refused: the queue was past its bounds.
+    QueueFull(Decision),
+    /// A queued connect left its queue: admitted, expired or abandoned.
+    Waited(WaitEnded),
     /// A destination's limit moved.
     Limit(LimitChange),
     /// This reader fell behind and missed `count` lines.
@@ -63,6 +69,16 @@ pub struct Decision {
     pub inflight: u32,
     pub pid: u32,
     pub comm: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WaitEnded {
+    pub at_ms: u64,
+    pub destination: String,
+    /// admitted (took a freed slot), expired (failed at the maximum wait), or abandoned
+    /// (closed by the application first).
+    pub end: String,
+    pub waited_ms: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -100,6 +116,8 @@ impl Event {
             EventKind::WouldShed => Event::WouldShed(decision),
             EventKind::Redirected => Event::Redirected(decision),
             EventKind::WouldRedirect => Event::WouldRedirect(decision),
+            EventKind::Queued => Event::Queued(decision),
+            EventKind::QueueFull => Event::QueueFull(decision),
         }
     }
 }

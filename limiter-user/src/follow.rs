@@ -70,6 +70,15 @@ fn render(event: &Event) -> String {
         Event::WouldShed(d) => decision("would_shed", d),
         Event::Redirected(d) => decision("redirected", d),
         Event::WouldRedirect(d) => decision("would_redirect", d),
+        Event::Queued(d) => decision("queued", d),
+        Event::QueueFull(d) => decision("queue_full", d),
+        Event::Waited(w) => format!(
+            "{} {} {} after waiting {:.1} ms",
+            clock(w.at_ms),
+            w.end,
+            w.destination,
+            w.waited_ms
+        ),
         Event::Limit(change) => limit_line(change),
         Event::Lost { count } => format!(
             "{} lost {count} event(s): this reader fell behind",

@@ -36,6 +36,29 @@ pub enum Signal {
     /// connection's first two); or a connection began none of whose exchanges can be
     /// (HTTP/2 over TLS).
     Untimed,
+    /// A queued connect left its queue `waited_ns` after it joined it.
+    Waited { waited_ns: u64, end: WaitEnd },
+}
+
+/// How a queued connect's wait ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitEnd {
+    /// It took a freed slot; its SYN left.
+    Admitted,
+    /// No slot freed within the maximum wait: TCP failed it with ETIMEDOUT.
+    Expired,
+    /// The application closed it first (its own timeout, or it ended).
+    Abandoned,
+}
+
+impl WaitEnd {
+    pub fn name(self) -> &'static str {
+        match self {
+            WaitEnd::Admitted => "admitted",
+            WaitEnd::Expired => "expired",
+            WaitEnd::Abandoned => "abandoned",
+        }
+    }
 }
 
 impl Signal {
@@ -49,6 +72,7 @@ impl Signal {
             Signal::GaveUp { .. } => "gave_up",
             Signal::Handshake { .. } => "handshake",
             Signal::Untimed => "untimed",
+            Signal::Waited { .. } => "waited",
         }
     }
 
@@ -73,6 +97,18 @@ impl Signal {
                 inflight: raw.inflight,
             },
             SignalKind::Untimed => Signal::Untimed,
+            SignalKind::Waited => Signal::Waited {
+                waited_ns: raw.value_ns,
+                end: WaitEnd::Admitted,
+            },
+            SignalKind::WaitExpired => Signal::Waited {
+                waited_ns: raw.value_ns,
+                end: WaitEnd::Expired,
+            },
+            SignalKind::WaitAbandoned => Signal::Waited {
+                waited_ns: raw.value_ns,
+                end: WaitEnd::Abandoned,
+            },
         })
     }
 }

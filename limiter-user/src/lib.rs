@@ -32,6 +32,7 @@ mod preflight;
 mod resolve;
 mod resolved_config;
 mod status;
+mod wait_log;
 mod watch;
 
 use std::{path::PathBuf, process::ExitCode};

@@ -71,7 +71,7 @@ struct PerDestination {
     value: fn(&Row) -> Option<f64>,
 }
 
-const PER_DESTINATION: [PerDestination; 15] = [
+const PER_DESTINATION: [PerDestination; 23] = [
     PerDestination {
         name: "limiter_limit",
         help: "Concurrent connections allowed",
@@ -161,6 +161,54 @@ const PER_DESTINATION: [PerDestination; 15] = [
         help: "Cleartext HTTP/1.x answers 503 Service Unavailable: overload, lowers the limit",
         counter: true,
         value: |r| Some(r.http_503 as f64),
+    },
+    PerDestination {
+        name: "limiter_queue_waiting",
+        help: "Connects waiting for a slot now (overflow = queue)",
+        counter: false,
+        value: |r| Some(r.waiting as f64),
+    },
+    PerDestination {
+        name: "limiter_queued",
+        help: "Connects that joined the queue",
+        counter: true,
+        value: |r| Some(r.queued as f64),
+    },
+    PerDestination {
+        name: "limiter_queue_admitted",
+        help: "Queued connects admitted when a slot freed",
+        counter: true,
+        value: |r| Some(r.queue_admitted as f64),
+    },
+    PerDestination {
+        name: "limiter_queue_full",
+        help: "Connects refused because the queue was past its bounds",
+        counter: true,
+        value: |r| Some(r.queue_full as f64),
+    },
+    PerDestination {
+        name: "limiter_queue_expired",
+        help: "Queued connects failed (ETIMEDOUT) at the maximum wait",
+        counter: true,
+        value: |r| Some(r.queue_expired as f64),
+    },
+    PerDestination {
+        name: "limiter_queue_abandoned",
+        help: "Queued connects closed by the application while waiting",
+        counter: true,
+        value: |r| Some(r.queue_abandoned as f64),
+    },
+    PerDestination {
+        name: "limiter_queue_wait_p50_seconds",
+        help: "Median wait of the last 128 connects admitted from the queue",
+        counter: false,
+        value: |r| r.wait_p50_ms.map(|ms| ms / 1e3),
+    },
+    PerDestination {
+        name: "limiter_queue_wait_p99_seconds",
+        help: "p99 wait of the last 128 connects admitted from the queue",
+        counter: false,
+        value: |r| r.wait_p99_ms.map(|ms| ms / 1e3),
     },
 ];
 
@@ -505,7 +553,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn fall_forward_counters_are_exported_per_destination() {
+    fn fall_forward_and_queue_figures_are_exported_per_destination() {
         let metrics = Metrics::default();
         metrics.publish(Snapshot {
             rows: vec![Row {
@@ -519,14 +567,11 @@ mod tests {
                 would_shed: 1,
                 redirected: 4,
                 would_redirect: 2,
-                connect_failed: 0,
-                untimed: 0,
-                http_4xx: 0,
-                http_429: 0,
-                http_5xx: 0,
-                http_503: 0,
-                baseline_ms: None,
-                p90_ms: None,
+                overflow: "queue",
+                waiting: 5,
+                queue_admitted: 7,
+                wait_p99_ms: Some(250.0),
+                ..Row::default()
             }],
             ..Snapshot::default()
         });
@@ -540,6 +585,10 @@ mod tests {
                 .and_then(|v| v.parse::<f64>().ok())
         };
         assert_eq!(value("limiter_redirected_total"), Some(4.0), "{body}");
+        assert_eq!(value("limiter_queue_waiting"), Some(5.0), "{body}");
+        assert_eq!(value("limiter_queue_admitted_total"), Some(7.0), "{body}");
+        assert_eq!(value("limiter_queue_wait_p99_seconds"), Some(0.25), "{body}");
+        assert_eq!(value("limiter_queue_wait_p50_seconds"), None, "{body}");
         assert_eq!(value("limiter_would_redirect_total"), Some(2.0), "{body}");
     }
 

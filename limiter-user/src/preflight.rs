@@ -16,6 +16,8 @@ const CAP_BPF: u32 = 39;
 pub struct Kernel {
     /// `bpf_set_retval` (5.18+) lets a refused connect fail with ECONNREFUSED, not EPERM.
     pub has_set_retval: bool,
+    /// The kernel's timer frequency (CONFIG_HZ): TCP's timers count in its ticks.
+    pub hz: u32,
 }
 
 /// Makes the agent use the programs as it would on an older kernel (`5.17`), so that the
@@ -55,7 +57,29 @@ fn kernel_features(version: KernelVersion) -> Result<Kernel> {
     }
     Ok(Kernel {
         has_set_retval: version >= KernelVersion::new(5, 18, 0),
+        hz: kernel_hz(),
     })
+}
+
+/// Debian's and most distributions' CONFIG_HZ, for a kernel whose build configuration is not
+/// in /boot: a wrong guess only scales a queued connect's SYN timer.
+const USUAL_HZ: u32 = 250;
+
+/// CONFIG_HZ from the running kernel's build configuration in /boot.
+fn kernel_hz() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .and_then(|release| std::fs::read_to_string(format!("/boot/config-{}", release.trim())))
+        .ok()
+        .and_then(|config| config_hz(&config))
+        .unwrap_or(USUAL_HZ)
+}
+
+fn config_hz(config: &str) -> Option<u32> {
+    config
+        .lines()
+        .find_map(|line| line.strip_prefix("CONFIG_HZ="))
+        .and_then(|hz| hz.trim().parse().ok())
+        .filter(|&hz| hz > 0)
 }
 
 /// Root, or the capabilities the systemd unit grants.
@@ -71,6 +95,13 @@ pub fn check_privileges() -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_timer_frequency_is_read_from_the_build_configuration() {
+        let config = "CONFIG_HZ_250=y\nCONFIG_HZ=250\n# CONFIG_HZ_1000 is not set\n";
+        assert_eq!(config_hz(config), Some(250));
+        assert_eq!(config_hz("CONFIG_HZ_1000=y\n"), None);
+    }
 
     #[test]
     fn old_kernels_are_refused_with_the_minimum() {

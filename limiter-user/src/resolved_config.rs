@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use anyhow::{bail, Context, Result};
-use limiter_common::{DestKey, DestPeers, DestPolicy};
+use limiter_common::{DestKey, DestPeers, DestPolicy, QueuePolicy};
 use limiter_core::ControlConfig;
 
 use crate::{
@@ -21,6 +21,8 @@ pub struct Destination {
     /// The `[[destination]]`'s or the `[[group]]`'s name.
     pub name: String,
     pub mode: Mode,
+    /// Its own `overflow`; None: the global one.
+    pub queue: Option<QueuePolicy>,
     pub control: ControlConfig,
     /// A group member's fall-forward candidates, in order; None outside groups.
     pub peers: Option<DestPeers>,
@@ -31,6 +33,8 @@ pub struct Destination {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ResolvedConfig {
     pub default_mode: Mode,
+    /// What a connect at the limit gets where a destination does not say.
+    pub queue: QueuePolicy,
     /// The controller of learned destinations.
     pub control: ControlConfig,
     /// Keyed by the address they are counted under.
@@ -53,6 +57,7 @@ impl ResolvedConfig {
     ) -> Result<ResolvedConfig> {
         let mut plan = ResolvedConfig {
             default_mode: config.mode,
+            queue: config.queue_policy(),
             control: config.control(),
             destinations: BTreeMap::new(),
             members: BTreeMap::new(),
@@ -82,6 +87,7 @@ impl ResolvedConfig {
                 Destination {
                     name: d.name.clone(),
                     mode: config.override_mode(&d.overrides()),
+                    queue: config.override_queue(&d.overrides()),
                     control: config.override_control(&d.overrides()),
                     peers: None,
                 },
@@ -109,6 +115,7 @@ impl ResolvedConfig {
                     Destination {
                         name: g.name.clone(),
                         mode: config.override_mode(&g.overrides()),
+                        queue: config.override_queue(&g.overrides()),
                         control: config.override_control(&g.overrides()),
                         peers: Some(peers),
                     },
@@ -161,6 +168,7 @@ impl ResolvedConfig {
         };
         if let Some(d) = self.destinations.get(key) {
             policy.mode = d.mode.abi();
+            policy.queue = d.queue.unwrap_or_default();
             policy.account_as = *key;
         }
         policy

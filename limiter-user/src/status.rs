@@ -4,7 +4,7 @@
 use std::io::Write;
 
 use anyhow::Result;
-use limiter_common::maps;
+use limiter_common::{maps, Overflow};
 use serde::Serialize;
 
 use crate::{
@@ -101,7 +101,7 @@ fn vanished(e: &aya::programs::ProgramError) -> bool {
 }
 
 /// One destination; the field names are the documented JSON interface.
-#[derive(Debug, Serialize, PartialEq)]
+#[derive(Debug, Default, Serialize, PartialEq)]
 pub struct Row {
     pub address: String,
     pub port: u16,
@@ -128,6 +128,20 @@ pub struct Row {
     pub http_503: u64,
     pub baseline_ms: Option<f64>,
     pub p90_ms: Option<f64>,
+    /// What a connect at the limit gets: refuse or queue.
+    pub overflow: &'static str,
+    /// Queued connects: waiting now; since the destination was first seen, queued,
+    /// admitted from the queue, refused as it was full, failed at the maximum wait, closed
+    /// by the application while waiting.
+    pub waiting: i64,
+    pub queued: u64,
+    pub queue_admitted: u64,
+    pub queue_full: u64,
+    pub queue_expired: u64,
+    pub queue_abandoned: u64,
+    /// The recent waits of connects admitted from the queue.
+    pub wait_p50_ms: Option<f64>,
+    pub wait_p99_ms: Option<f64>,
 }
 
 pub fn rows(maps: &Maps) -> Result<Vec<Row>> {
@@ -142,6 +156,15 @@ pub fn rows(maps: &Maps) -> Result<Vec<Row>> {
             let mode = policy
                 .and_then(|p| Mode::from_abi(p.mode))
                 .unwrap_or(default_mode);
+            let queue = policy
+                .map(|p| p.queue)
+                .filter(|q| q.overflow != u32::from(Overflow::Default))
+                .unwrap_or(config.queue);
+            let overflow = if queue.overflow == u32::from(Overflow::Queue) {
+                "queue"
+            } else {
+                "refuse"
+            };
             Row {
                 address: addr.ip().to_string(),
                 port: addr.port(),
@@ -161,6 +184,15 @@ pub fn rows(maps: &Maps) -> Result<Vec<Row>> {
                 http_503: state.answers_503,
                 baseline_ms: policy.and_then(|p| ms(p.baseline_ns)),
                 p90_ms: policy.and_then(|p| ms(p.p90_ns)),
+                overflow,
+                waiting: state.waiting,
+                queued: state.queued,
+                queue_admitted: state.queue_admitted,
+                queue_full: state.queue_full,
+                queue_expired: state.queue_expired,
+                queue_abandoned: state.queue_abandoned,
+                wait_p50_ms: policy.and_then(|p| ms(p.wait_p50_ns)),
+                wait_p99_ms: policy.and_then(|p| ms(p.wait_p99_ns)),
             }
         })
         .collect())
@@ -236,13 +268,66 @@ pub fn print_table(out: &mut impl Write, report: &Report) -> Result<()> {
             ]
         })
         .collect();
-    let mut widths = HEADERS.map(str::len);
-    for row in &cells {
+    print_columns(out, HEADERS, &cells)?;
+    let queues: Vec<[String; 10]> = rows
+        .iter()
+        .filter(|r| r.overflow == "queue" || r.queued > 0)
+        .map(|r| {
+            [
+                r.address.clone(),
+                r.port.to_string(),
+                r.waiting.to_string(),
+                r.queued.to_string(),
+                r.queue_admitted.to_string(),
+                r.queue_full.to_string(),
+                r.queue_expired.to_string(),
+                r.queue_abandoned.to_string(),
+                ms(r.wait_p50_ms),
+                ms(r.wait_p99_ms),
+            ]
+        })
+        .collect();
+    if !queues.is_empty() {
+        writeln!(out, "\nQueues (overflow = \"queue\"):")?;
+        print_columns(
+            out,
+            [
+                "ADDRESS",
+                "PORT",
+                "WAITING",
+                "QUEUED",
+                "ADMITTED",
+                "FULL",
+                "EXPIRED",
+                "ABANDONED",
+                "WAIT_P50_MS",
+                "WAIT_P99_MS",
+            ],
+            &queues,
+        )?;
+    }
+    writeln!(
+        out,
+        "\n{} destination(s); ring buffer drops {}, table full {}, fail-open admits {}, untracked (no socket storage) {}",
+        globals.destinations, globals.ringbuf_drops, globals.table_full, globals.fail_open, globals.untracked
+    )?;
+    Ok(())
+}
+
+/// A table: the first column left-aligned, the others right-aligned, each as wide as its
+/// widest cell.
+fn print_columns<const N: usize>(
+    out: &mut impl Write,
+    headers: [&str; N],
+    cells: &[[String; N]],
+) -> Result<()> {
+    let mut widths = headers.map(str::len);
+    for row in cells {
         for (w, c) in widths.iter_mut().zip(row) {
             *w = (*w).max(c.len());
         }
     }
-    let line = |out: &mut dyn Write, cols: &[&str]| -> std::io::Result<()> {
+    let mut line = |cols: &[&str]| -> std::io::Result<()> {
         let text: Vec<String> = cols
             .iter()
             .zip(widths)
@@ -257,14 +342,9 @@ pub fn print_table(out: &mut impl Write, report: &Report) -> Result<()> {
             .collect();
         writeln!(out, "{}", text.join("  ").trim_end())
     };
-    line(out, &HEADERS)?;
-    for row in &cells {
-        line(out, &row.each_ref().map(String::as_str))?;
+    line(&headers)?;
+    for row in cells {
+        line(&row.each_ref().map(String::as_str))?;
     }
-    writeln!(
-        out,
-        "\n{} destination(s); ring buffer drops {}, table full {}, fail-open admits {}, untracked (no socket storage) {}",
-        globals.destinations, globals.ringbuf_drops, globals.table_full, globals.fail_open, globals.untracked
-    )?;
     Ok(())
 }

@@ -78,15 +78,7 @@ mod tests {
             shed,
             would_shed: 0,
             redirected: 0,
-            would_redirect: 0,
-            connect_failed: 0,
-            untimed: 0,
-            http_4xx: 0,
-            http_429: 0,
-            http_5xx: 0,
-            http_503: 0,
-            baseline_ms: None,
-            p90_ms: None,
+            ..Row::default()
         }
     }
 

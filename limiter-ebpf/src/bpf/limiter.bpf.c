@@ -5,7 +5,9 @@
  *   cgroup/connect4,6     admit; at the limit, redirect to a peer with room or refuse
  *   cgroup/getpeername4,6 a redirected socket reports the address it asked for
  *   cgroup/sock_release   returns the slot when the socket is released
- *   cgroup_skb egress     a client flight the protocol calls a request starts one
+ *   cgroup_skb egress     a client flight the protocol calls a request starts one; a
+ *                         queued connect's SYN leaves only once it takes a slot
+ *   sockops               a queued connect's SYN timer and deadline
  *   cgroup_skb ingress    the first server payload that answers it ends it: a sample
  *   tp_btf state change   established times the handshake; a peer's FIN ends a request;
  *                         TCP_CLOSE (a RST or a timeout the kernel acted on) returns the
@@ -28,6 +30,7 @@
 #include "fallforward.h"
 
 #define SOCK_STREAM 1
+#define SOL_TCP 6
 #define CONNECT_ALLOW 1
 #define CONNECT_REFUSE 0
 /* admit()'s third verdict: allow, after rewriting the address to the chosen peer. */
@@ -70,12 +73,6 @@ static __always_inline int admit_untracked(struct bpf_sock *sk)
 	return CONNECT_ALLOW;
 }
 
-/* The agent's heartbeat is recent: limits are enforced. */
-static __always_inline int agent_alive(const struct limiter_config *cfg)
-{
-	return bpf_ktime_get_ns() - cfg->heartbeat_ns <= cfg->heartbeat_timeout_ns;
-}
-
 static __always_inline int shed(const struct dest_key *key, struct dest_state *st, __u32 limit,
 				__s64 inflight)
 {
@@ -92,9 +89,10 @@ static __always_inline int shed(const struct dest_key *key, struct dest_state *s
  */
 static __always_inline int refused_at_once(struct bpf_sock *sk, const struct dest_key *key,
 					   const struct dest_state *st, __u32 limit, __u32 mode,
-					   const struct limiter_config *cfg)
+					   const struct queue_policy *q, const struct limiter_config *cfg)
 {
-	return mode == LIMITER_MODE_PROD && st->inflight >= limit && agent_alive(cfg) &&
+	return mode == LIMITER_MODE_PROD && q->overflow != LIMITER_OVERFLOW_QUEUE &&
+	       st->inflight >= limit && agent_alive(cfg) &&
 	       !bpf_map_lookup_elem(&peers, key) && !bpf_sk_storage_get(&sockets, sk, 0, 0);
 }
 
@@ -105,6 +103,7 @@ static __always_inline int admit(struct bpf_sock_addr *ctx, const struct dest_ke
 	/* Read once: the verifier refuses a second read through a pointer into the context. */
 	struct bpf_sock *sk = ctx->sk;
 	const struct dest_key *key = asked, *peer;
+	const struct queue_policy *q;
 	__u32 zero = 0, mode, limit;
 	struct limiter_config *cfg;
 	struct dest_policy *policy;
@@ -126,11 +125,12 @@ static __always_inline int admit(struct bpf_sock_addr *ctx, const struct dest_ke
 		policy = bpf_map_lookup_elem(&policies, key);
 	}
 	limit = policy ? policy->limit : cfg->initial_limit;
+	q = queue_of(policy, cfg);
 
 	st = dest_get_or_create(key);
 	if (!st)
 		return admit_untracked(sk);
-	if (refused_at_once(sk, key, st, limit, mode, cfg))
+	if (refused_at_once(sk, key, st, limit, mode, q, cfg))
 		return shed(key, st, limit, st->inflight);
 	ss = bpf_sk_storage_get(&sockets, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!ss) {
@@ -143,7 +143,9 @@ static __always_inline int admit(struct bpf_sock_addr *ctx, const struct dest_ke
 	/* Reserve first, then check: the fetch-and-add orders racing connects, so two of them
 	 * can never both see the last free slot. */
 	before = slot_take(ss, st, key);
-	if (before < limit) {
+	/* A free slot is the waiters' while any wait (prod): a new connect queues behind them. */
+	if (before < limit && !(mode == LIMITER_MODE_PROD &&
+				q->overflow == LIMITER_OVERFLOW_QUEUE && st->waiting > 0)) {
 		__sync_fetch_and_add(&st->admitted, 1);
 		return CONNECT_ALLOW;
 	}
@@ -178,7 +180,15 @@ static __always_inline int admit(struct bpf_sock_addr *ctx, const struct dest_ke
 		emit_decision(LIMITER_EVENT_REDIRECTED, key, peer, limit, before);
 		return CONNECT_REDIRECT;
 	}
-	return shed(key, st, limit, before);
+	if (q->overflow != LIMITER_OVERFLOW_QUEUE)
+		return shed(key, st, limit, before);
+	if (queue_join(ss, st, key, q, limit, before)) {
+		emit_decision(LIMITER_EVENT_QUEUED, key, 0, limit, before);
+		return CONNECT_ALLOW;
+	}
+	__sync_fetch_and_add(&st->shed, 1);
+	emit_decision(LIMITER_EVENT_QUEUE_FULL, key, 0, limit, before);
+	return refuse();
 }
 
 /* The socket's state when fall-forward connected it elsewhere than it asked. */
@@ -284,12 +294,59 @@ int limiter_egress(struct __sk_buff *skb)
 	struct tcp_segment seg;
 	struct sock_state *ss;
 
-	/* Only payload starts a request: ACKs, SYNs and FINs leave before any lookup. */
-	if (parse_tcp(skb, &seg) || !seg.payload)
-		return 1; /* observe only: always let the packet through */
+	if (parse_tcp(skb, &seg))
+		return 1;
+	/* A connect's SYN leaves unless it is queued (1 lets it go, 0 holds it). */
+	if (seg.syn) {
+		ss = packet_sock_state(skb);
+		return ss && ss->waiting ? queue_syn(ss) : 1;
+	}
+	/* Only payload starts a request: ACKs and FINs leave before any lookup. */
+	if (!seg.payload)
+		return 1;
 	ss = packet_sock_state(skb);
 	if (ss)
 		on_egress(skb, ss, &seg, skb->tstamp);
+	return 1; /* payload is observed only: always let it through */
+}
+
+/*
+ * A queued connect's timers (queue.h), set on the kernel's own calls: its SYN's first
+ * retransmission timeout, then, as the SYN is about to be sent, its deadline; once
+ * established, the application's TCP_USER_TIMEOUT back. Other sockets are left alone.
+ */
+SEC("sockops")
+int limiter_sockops(struct bpf_sock_ops *skops)
+{
+	int op = skops->op, ms, len = sizeof(ms);
+	struct sock_state *ss;
+	struct bpf_sock *sk;
+
+	if (op != BPF_SOCK_OPS_TIMEOUT_INIT && op != BPF_SOCK_OPS_TCP_CONNECT_CB &&
+	    op != BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB)
+		return 1;
+	sk = skops->sk;
+	if (!sk)
+		return 1;
+	ss = bpf_sk_storage_get(&sockets, sk, 0, 0);
+	if (!ss || !ss->queued_ns)
+		return 1;
+	if (op == BPF_SOCK_OPS_TIMEOUT_INIT) {
+		if (ss->waiting)
+			skops->reply = queue_rto_jiffies;
+	} else if (op == BPF_SOCK_OPS_TCP_CONNECT_CB) {
+		if (!ss->waiting)
+			return 1;
+		if (bpf_getsockopt(skops, SOL_TCP, TCP_USER_TIMEOUT, &ms, len))
+			ms = 0;
+		ss->user_timeout_ms = ms;
+		ms = ss->max_wait_ms;
+		bpf_setsockopt(skops, SOL_TCP, TCP_USER_TIMEOUT, &ms, len);
+	} else {
+		ms = ss->user_timeout_ms;
+		bpf_setsockopt(skops, SOL_TCP, TCP_USER_TIMEOUT, &ms, len);
+		ss->queued_ns = 0;
+	}
 	return 1;
 }
 

@@ -83,4 +83,10 @@ static __always_inline struct global_stats *global_stats(void)
 	return bpf_map_lookup_elem(&stats, &zero);
 }
 
+/* The agent's heartbeat is recent: limits are enforced. */
+static __always_inline int agent_alive(const struct limiter_config *cfg)
+{
+	return bpf_ktime_get_ns() - cfg->heartbeat_ns <= cfg->heartbeat_timeout_ns;
+}
+
 #endif /* LIMITER_MAPS_H */

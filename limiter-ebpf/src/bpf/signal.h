@@ -19,9 +19,11 @@
 #include "accounting.h"
 #include "events.h"
 #include "protocol.h"
+#include "queue.h"
 
 struct tcp_segment {
 	__u32 seq;
+	__u32 syn; /* a SYN without ACK: a connect's */
 	__u32 payload;     /* bytes of TCP payload (all of a GSO/GRO super-packet) */
 	__u32 payload_off; /* where the payload starts, from the network header */
 };
@@ -64,6 +66,7 @@ static __always_inline int parse_tcp(struct __sk_buff *skb, struct tcp_segment *
 	seg->payload = skb->len > hdr_len ? skb->len - hdr_len : 0;
 	seg->payload_off = hdr_len;
 	seg->seq = bpf_ntohl(th->seq);
+	seg->syn = th->syn && !th->ack;
 	return 0;
 }
 
@@ -192,11 +195,12 @@ static __always_inline void request_ended(struct sock_state *ss, __u32 kind)
 #define ENDED_BY_TIMEOUT 2 /* the kernel gave up retransmitting */
 
 /* The connection is over, whichever of its release and its move to TCP_CLOSE comes first:
- * the outcome of a connect that never completed (refused, timed out, or abandoned) or of
- * an outstanding request (an error, or the client giving up), then the slot. The second
- * caller finds all three done. `from`: FROM_CGROUP or FROM_TRACING. */
+ * its place in a queue, the outcome of a connect that never completed (refused, timed out,
+ * or abandoned) or of an outstanding request (an error, or the client giving up), then the
+ * slot. The second caller finds all done. `from`: FROM_CGROUP or FROM_TRACING. */
 static __always_inline void connection_over(struct sock_state *ss, int how, int from)
 {
+	queue_abandon(ss, how == ENDED_BY_TIMEOUT);
 	connect_failed(ss, how == ENDED_BY_RESET ? LIMITER_SIGNAL_CONNECT_REFUSED :
 						   LIMITER_SIGNAL_CONNECT_TIMEOUT);
 	request_ended(ss, how == ENDED_BY_CLOSE ? LIMITER_SIGNAL_GAVE_UP : LIMITER_SIGNAL_ERROR);
