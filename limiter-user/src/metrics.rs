@@ -587,7 +587,11 @@ mod tests {
         assert_eq!(value("limiter_redirected_total"), Some(4.0), "{body}");
         assert_eq!(value("limiter_queue_waiting"), Some(5.0), "{body}");
         assert_eq!(value("limiter_queue_admitted_total"), Some(7.0), "{body}");
-        assert_eq!(value("limiter_queue_wait_p99_seconds"), Some(0.25), "{body}");
+        assert_eq!(
+            value("limiter_queue_wait_p99_seconds"),
+            Some(0.25),
+            "{body}"
+        );
         assert_eq!(value("limiter_queue_wait_p50_seconds"), None, "{body}");
         assert_eq!(value("limiter_would_redirect_total"), Some(2.0), "{body}");
     }

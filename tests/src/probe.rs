@@ -81,6 +81,22 @@ impl Probe {
         lines
     }
 
+    /// Writes a command line to the probe.
+    pub fn send(&mut self, line: &str) {
+        use std::io::Write;
+        let stdin = self.stdin.as_mut().expect("the probe's stdin is closed");
+        writeln!(stdin, "{line}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// The next output line.
+    pub fn next_line(&mut self) -> String {
+        let mut line = String::new();
+        let n = self.stdout.read_line(&mut line).unwrap();
+        assert!(n > 0, "the probe exited");
+        line.trim_end().to_string()
+    }
+
     pub fn pid(&self) -> i32 {
         self.child.id() as i32
     }

@@ -31,6 +31,8 @@
 
 #define SOCK_STREAM 1
 #define SOL_TCP 6
+/* The most TCP_SYNCNT takes. */
+#define MAX_SYN_RETRIES 127
 #define CONNECT_ALLOW 1
 #define CONNECT_REFUSE 0
 /* admit()'s third verdict: allow, after rewriting the address to the chosen peer. */
@@ -342,6 +344,10 @@ int limiter_sockops(struct bpf_sock_ops *skops)
 		ss->user_timeout_ms = ms;
 		ms = ss->max_wait_ms;
 		bpf_setsockopt(skops, SOL_TCP, TCP_USER_TIMEOUT, &ms, len);
+		/* The deadline alone ends the wait, not a count of retransmissions, which the
+		 * short timer would use up early. Only SYNs heed it: nothing to put back. */
+		ms = MAX_SYN_RETRIES;
+		bpf_setsockopt(skops, SOL_TCP, TCP_SYNCNT, &ms, len);
 	} else {
 		ms = ss->user_timeout_ms;
 		bpf_setsockopt(skops, SOL_TCP, TCP_USER_TIMEOUT, &ms, len);

@@ -96,6 +96,22 @@ enum Cmd {
         #[arg(long)]
         procs: std::path::PathBuf,
     },
+    /// In a network namespace of its own with the upstream inside: connect HELD times
+    /// (prints "held"), then start QUEUED connects with a TIMEOUT_MS connect timeout, each
+    /// in a thread of its own, in order, a tenth of a second apart; each prints "ok I",
+    /// "timeout I" (its own timeout) or "err I ERRNO" as it ends, I its place in that order.
+    /// Established connections are held. Commands on stdin: "release" closes the oldest
+    /// held connection, "syns" prints "syns N", the SYNs the upstream has received.
+    Queue {
+        #[arg(long)]
+        to: SocketAddr,
+        #[arg(long)]
+        held: usize,
+        #[arg(long)]
+        queued: usize,
+        #[arg(long)]
+        timeout_ms: u64,
+    },
     /// Connect a UDP socket; prints "ok" or "err ERRNO".
     Udp {
         #[arg(long)]
@@ -229,6 +245,16 @@ fn main() {
             out.flush().unwrap();
             wait_for_stdin_close();
         }
+        Cmd::Queue {
+            to,
+            held,
+            queued,
+            timeout_ms,
+        } => {
+            // Its threads print too: stdout cannot stay locked here.
+            drop(out);
+            queue(to, held, queued, Duration::from_millis(timeout_ms))
+        }
         Cmd::Udp { to } => {
             let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
             report(&mut out, sock.connect(to).map(|_| ()));
@@ -252,6 +278,56 @@ fn main() {
                 assert!(timed_out.is_err(), "a connect to the blackhole succeeded");
             }
             writeln!(out, "done").unwrap();
+        }
+    }
+}
+
+fn queue(to: SocketAddr, held: usize, queued: usize, timeout: Duration) {
+    use std::{
+        collections::VecDeque,
+        io::BufRead,
+        sync::{Arc, Mutex},
+    };
+
+    let _upstream = netns::enter_with_upstream(to);
+    let syns = netns::SynCounter::new(to.port());
+    let established = Arc::new(Mutex::new(VecDeque::new()));
+    let say = |line: String| {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{line}").unwrap();
+        out.flush().unwrap();
+    };
+    for _ in 0..held {
+        established
+            .lock()
+            .unwrap()
+            .push_back(TcpStream::connect(to).expect("a held connect failed"));
+    }
+    say("held".into());
+    for i in 0..queued {
+        let established = established.clone();
+        std::thread::spawn(move || match TcpStream::connect_timeout(&to, timeout) {
+            Ok(stream) => {
+                established.lock().unwrap().push_back(stream);
+                say(format!("ok {i}"));
+            }
+            Err(e) => match e.raw_os_error() {
+                Some(errno) => say(format!("err {i} {errno}")),
+                None => say(format!("timeout {i}")),
+            },
+        });
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for line in std::io::stdin().lock().lines().map_while(Result::ok) {
+        match line.as_str() {
+            "release" => {
+                // A statement of its own: the lock is released here, not held while the
+                // next line is read (as a temporary in the loop's tail expression would be).
+                let oldest = established.lock().unwrap().pop_front();
+                drop(oldest);
+            }
+            "syns" => say(format!("syns {}", syns.count())),
+            other => panic!("unknown command {other:?}"),
         }
     }
 }
@@ -446,6 +522,76 @@ mod netns {
             );
             req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
             assert_eq!(libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req), 0);
+        }
+    }
+
+    /// Counts the SYNs that reach a port of this namespace's loopback, from a packet socket:
+    /// a SYN held before it leaves never shows there.
+    pub struct SynCounter {
+        fd: std::os::fd::OwnedFd,
+        port: u16,
+        seen: std::cell::Cell<u64>,
+    }
+
+    impl SynCounter {
+        pub fn new(port: u16) -> Self {
+            let proto = (libc::ETH_P_IP as u16).to_be() as i32;
+            // SAFETY: a plain socket call; the fd is owned from here on.
+            let fd = unsafe {
+                libc::socket(
+                    libc::AF_PACKET,
+                    libc::SOCK_DGRAM | libc::SOCK_NONBLOCK,
+                    proto,
+                )
+            };
+            assert!(fd >= 0, "cannot open a packet socket");
+            // SAFETY: fd was just opened and is ours alone.
+            let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+            SynCounter {
+                fd,
+                port,
+                seen: 0.into(),
+            }
+        }
+
+        /// SYNs (without ACK) received for the port so far.
+        pub fn count(&self) -> u64 {
+            let mut buf = [0u8; 2048];
+            loop {
+                // SAFETY: zeroed sockaddr_ll is valid; recvfrom writes within buf and addr.
+                let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+                let mut len = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+                let n = unsafe {
+                    libc::recvfrom(
+                        self.fd.as_raw_fd(),
+                        buf.as_mut_ptr().cast(),
+                        buf.len(),
+                        0,
+                        (&mut addr as *mut libc::sockaddr_ll).cast(),
+                        &mut len,
+                    )
+                };
+                if n < 0 {
+                    return self.seen.get();
+                }
+                // Loopback shows each packet leaving and arriving: count arrivals.
+                if addr.sll_pkttype == libc::PACKET_HOST as u8 && self.is_syn(&buf[..n as usize]) {
+                    self.seen.set(self.seen.get() + 1);
+                }
+            }
+        }
+
+        fn is_syn(&self, ip: &[u8]) -> bool {
+            let Some(&first) = ip.first() else {
+                return false;
+            };
+            let tcp = usize::from(first & 0x0f) * 4;
+            if ip.len() < tcp + 14 || ip[9] != libc::IPPROTO_TCP as u8 {
+                return false;
+            }
+            let port = u16::from_be_bytes([ip[tcp + 2], ip[tcp + 3]]);
+            let flags = ip[tcp + 13];
+            port == self.port && flags & 0x02 != 0 && flags & 0x10 == 0
         }
     }
 
