@@ -583,6 +583,38 @@ addresses = ["127.0.0.53:53"]
     }
 
     #[test]
+    fn the_queue_reaches_the_kernel_in_percent_and_nanoseconds() {
+        let c = Config::defaults();
+        assert_eq!(c.overflow, Overflow::Refuse);
+        let q = c.queue.policy(Overflow::Queue);
+        assert_eq!(
+            (q.wait_pct, q.refuse_pct, q.max_wait_ns),
+            (200, 300, 1_000_000_000)
+        );
+        let f = write("overflow = \"queue\"\n[[destination]]\nname = \"db\"\naddresses = [\"10.0.0.1:5432\"]\noverflow = \"refuse\"\n");
+        let c = Config::load(f.path()).unwrap();
+        assert_eq!(
+            c.queue_policy().overflow,
+            u32::from(limiter_common::Overflow::Queue)
+        );
+        let own = c.override_queue(&c.destinations[0].overrides()).unwrap();
+        assert_eq!(own.overflow, u32::from(limiter_common::Overflow::Refuse));
+    }
+
+    #[test]
+    fn queue_bounds_out_of_order_are_refused() {
+        let f = write("[queue]\nwait = 3\nrefuse = 2\n");
+        let err = format!("{:#}", Config::load(f.path()).unwrap_err());
+        assert!(err.contains("1 <= wait <= refuse <= 6"), "{err}");
+        let f = write("[queue]\nmax_wait_ms = 0\n");
+        let err = format!("{:#}", Config::load(f.path()).unwrap_err());
+        assert!(
+            err.contains("max_wait_ms must be between 1 and 60000"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn empty_file_gives_the_documented_defaults() {
         let c = Config::defaults();
         assert_eq!(c.mode, Mode::Prod);

@@ -575,7 +575,7 @@ mod netns {
                     return self.seen.get();
                 }
                 // Loopback shows each packet leaving and arriving: count arrivals.
-                if addr.sll_pkttype == libc::PACKET_HOST as u8 && self.is_syn(&buf[..n as usize]) {
+                if addr.sll_pkttype == libc::PACKET_HOST && self.is_syn(&buf[..n as usize]) {
                     self.seen.set(self.seen.get() + 1);
                 }
             }
