@@ -21,7 +21,10 @@ pub struct Second {
     pub timed_out: u32,
     /// Answered 429 by an upstream over its allowance (counted in `failed` too).
     pub overloaded: u32,
+    /// Connects refused: at the limit, past the queue's bounds, or at its maximum wait.
     pub shed: u32,
+    /// Connects that joined the queue (overflow = queue).
+    pub queued: u32,
     /// The highest in-flight count reached in this second.
     pub peak_inflight: u32,
     /// Median and p90 time to first byte of the samples taken this second.
@@ -196,6 +199,10 @@ impl Recorder {
     pub fn shed(&mut self, at: Nanos) {
         self.trace.first_shed.get_or_insert(at);
         self.second(at).shed += 1;
+    }
+
+    pub fn queued(&mut self, at: Nanos) {
+        self.second(at).queued += 1;
     }
 
     pub fn sample(&mut self, at: Nanos, latency: Nanos) {

@@ -26,6 +26,7 @@ fn run_seeded(
     load: Load,
 ) -> Trace {
     let setup = Setup {
+        overflow: Default::default(),
         duration_s,
         upstream,
         classes: vec![RequestClass::new(service, load)],
@@ -300,6 +301,7 @@ fn a_min_at_the_client_count_keeps_every_client_of_a_closed_set_in() {
         at_once: false,
     });
     let setup = Setup {
+        overflow: Default::default(),
         duration_s: 60.0,
         upstream,
         classes: vec![RequestClass::new(Service::lognormal(0.01, SIGMA), load)],

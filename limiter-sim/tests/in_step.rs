@@ -50,6 +50,7 @@ fn workers_that_answer_in_step_are_held_without_a_queue() {
 /// The incident's rig with `service` as the upstream's, under the default controller.
 fn incident(service: Service, deadline_s: f64, seed: u64) -> Trace {
     let setup = Setup {
+        overflow: Default::default(),
         classes: vec![RequestClass {
             service,
             ..rig::clients(Some(deadline_s))

@@ -5,7 +5,7 @@ use std::{ffi::OsString, path::PathBuf};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use limiter_core::config::Algorithm;
 
-use crate::config::Mode;
+use crate::config::{Mode, Overflow};
 
 /// The release and the commit it was built from.
 pub const VERSION: &str = concat!(
@@ -85,6 +85,10 @@ pub struct AgentArgs {
     /// Every destination's mode unless the configuration sets its own (default prod).
     #[arg(long, value_enum)]
     pub mode: Option<Mode>,
+    /// What a connect at the limit gets, unless the configuration sets it for its
+    /// destination (default refuse).
+    #[arg(long, value_enum)]
+    pub overflow: Option<Overflow>,
     #[arg(long, value_parser = parse_algorithm, help = algorithm_help())]
     pub algorithm: Option<Algorithm>,
     /// The limit of the `fixed` algorithm.

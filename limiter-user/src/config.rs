@@ -54,7 +54,7 @@ impl From<Mode> for PolicyMode {
 }
 
 /// What a connect at the limit gets in prod.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Overflow {
     /// Refused at once (ECONNREFUSED).
@@ -95,7 +95,7 @@ impl Default for QueueConfig {
         QueueConfig {
             wait: 2.0,
             refuse: 3.0,
-            max_wait_ms: 1000,
+            max_wait_ms: 500,
         }
     }
 }
@@ -589,7 +589,7 @@ addresses = ["127.0.0.53:53"]
         let q = c.queue.policy(Overflow::Queue);
         assert_eq!(
             (q.wait_pct, q.refuse_pct, q.max_wait_ns),
-            (200, 300, 1_000_000_000)
+            (200, 300, 500_000_000)
         );
         let f = write("overflow = \"queue\"\n[[destination]]\nname = \"db\"\naddresses = [\"10.0.0.1:5432\"]\noverflow = \"refuse\"\n");
         let c = Config::load(f.path()).unwrap();

@@ -122,6 +122,9 @@ impl agent::ConfigSource for AgentArgs {
         if let Some(mode) = self.mode {
             config.mode = mode;
         }
+        if let Some(overflow) = self.overflow {
+            config.overflow = overflow;
+        }
         if let Some(algorithm) = self.algorithm {
             config.algorithm = algorithm;
         }

@@ -122,7 +122,16 @@ fn status_json_and_the_bpftool_dump_agree_and_pins_are_root_only() {
             "http_5xx",
             "http_503",
             "baseline_ms",
-            "p90_ms"
+            "p90_ms",
+            "overflow",
+            "waiting",
+            "queued",
+            "queue_admitted",
+            "queue_full",
+            "queue_expired",
+            "queue_abandoned",
+            "wait_p50_ms",
+            "wait_p99_ms"
         ]
     );
     assert_eq!(

@@ -12,7 +12,7 @@ use limiter_core::{Controller, Outcome};
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 
-use crate::admission::Admission;
+use crate::admission::{Admission, Overflow};
 use crate::clients::{poisson_gap, Load, RequestClass};
 use crate::clock::{secs, Nanos};
 use crate::processor_sharing::ProcessorSharing;
@@ -31,6 +31,8 @@ pub struct Setup {
     pub duration_s: f64,
     pub upstream: UpstreamSpec,
     pub classes: Vec<RequestClass>,
+    /// What a connect at the limit gets.
+    pub overflow: Overflow,
 }
 
 type RequestId = usize;
@@ -54,13 +56,23 @@ enum Event {
     Deadline { id: RequestId, serial: u64 },
     /// A burst of requests of `class`.
     Burst { class: usize },
+    /// A queued connect's SYN is sent again: it asks for a slot (overflow = queue).
+    Retry {
+        class: usize,
+        worker: Option<u32>,
+        joined: Nanos,
+        retries: u32,
+    },
 }
 
 struct Request {
     class: usize,
     worker: Option<u32>,
     serial: u64,
+    /// When its connection was admitted: the upstream's latency is timed from here.
     sent: Nanos,
+    /// How long its connect waited in the queue first: the client's latency includes it.
+    waited: Nanos,
     inflight_at_start: u32,
     fails: bool,
     /// The client closed its connection at its deadline; the upstream still works on it.
@@ -92,6 +104,8 @@ struct Sim<'a> {
     idle: u32,
     /// Requests the upstream holds, queued or served (given up on by their client or not).
     held: u32,
+    /// Connects waiting in the limiter's queue (overflow = queue).
+    waiting: u32,
     recorder: Recorder,
 }
 
@@ -124,6 +138,7 @@ impl<'a> Sim<'a> {
             serial: 0,
             idle: 0,
             held: 0,
+            waiting: 0,
             recorder: Recorder::new(end),
         };
         sim.recorder.tick(0, sim.admission.limit(), 0);
@@ -189,6 +204,12 @@ impl<'a> Sim<'a> {
                 Event::Capacity => self.capacity_changed(),
                 Event::Deadline { id, serial } => self.deadline(id, serial),
                 Event::Burst { class } => self.burst(class),
+                Event::Retry {
+                    class,
+                    worker,
+                    joined,
+                    retries,
+                } => self.retry(class, worker, joined, retries),
             }
         }
     }
@@ -220,6 +241,14 @@ impl<'a> Sim<'a> {
             self.idle -= 1;
             return Some(self.admission.inflight());
         }
+        // A freed slot is the waiters': a new connect queues behind them.
+        if self.waiting > 0 {
+            return None;
+        }
+        self.admit()
+    }
+
+    fn admit(&mut self) -> Option<u32> {
         let inflight = self.admission.try_admit()?;
         self.controller.on_connect(self.now, inflight);
         Some(inflight)
@@ -231,15 +260,90 @@ impl<'a> Sim<'a> {
             let at = self.now + poisson_gap(per_s, &mut self.rng);
             self.events.push(at, Event::Send { class, worker });
         }
-        let Some(inflight) = self.connection(class) else {
-            self.controller.on_outcome(self.now, Outcome::Shed);
-            self.recorder.shed(self.now);
-            if let Load::Closed(closed) = &spec.load {
-                let at = self.now + secs(closed.retry_after_s);
-                self.events.push(at, Event::Send { class, worker });
+        match self.connection(class) {
+            Some(inflight) => self.start(class, worker, inflight, 0),
+            None => self.at_the_limit(class, worker),
+        }
+    }
+
+    /// A connect at the limit: refused, or queued when the queue has room for it.
+    fn at_the_limit(&mut self, class: usize, worker: Option<u32>) {
+        // The agent hears of a queued connect as of a refused one: demand the limit did
+        // not meet.
+        self.controller.on_outcome(self.now, Outcome::Shed);
+        if let Overflow::Queue(queue) = self.setup.overflow {
+            let occupied = self.admission.inflight() + self.waiting;
+            if queue.may_wait(self.admission.limit(), occupied, self.rng.random()) {
+                self.waiting += 1;
+                self.recorder.queued(self.now);
+                let joined = self.now;
+                self.events.push(
+                    joined + queue.retry_after(0),
+                    Event::Retry {
+                        class,
+                        worker,
+                        joined,
+                        retries: 0,
+                    },
+                );
+                return;
             }
-            return;
+        }
+        self.refused(class, worker);
+    }
+
+    /// The client sees its connect fail, and a closed-loop one tries again later.
+    fn refused(&mut self, class: usize, worker: Option<u32>) {
+        self.recorder.shed(self.now);
+        if let Load::Closed(closed) = &self.setup.classes[class].load {
+            let at = self.now + secs(closed.retry_after_s);
+            self.events.push(at, Event::Send { class, worker });
+        }
+    }
+
+    /// A queued connect's SYN again: admitted if a slot is free; failed at the maximum
+    /// wait; abandoned at the client's own deadline; else retried on TCP's timer.
+    fn retry(&mut self, class: usize, worker: Option<u32>, joined: Nanos, retries: u32) {
+        let Overflow::Queue(queue) = self.setup.overflow else {
+            unreachable!("a retry without a queue");
         };
+        let waited = self.now - joined;
+        let deadline = self.setup.classes[class].client.deadline_s.map(secs);
+        if deadline.is_some_and(|d| waited >= d) {
+            self.waiting -= 1;
+            self.recorder.timed_out(self.now, waited);
+            self.next_from(class, worker);
+            return;
+        }
+        if waited >= queue.max_wait {
+            self.waiting -= 1;
+            self.refused(class, worker);
+            return;
+        }
+        if let Some(inflight) = self.admit() {
+            self.waiting -= 1;
+            self.start(class, worker, inflight, waited);
+            return;
+        }
+        let mut at = self.now + queue.retry_after(retries + 1);
+        // TCP's timer is clamped to the deadlines: the maximum wait, the client's own.
+        for end in [Some(queue.max_wait), deadline].into_iter().flatten() {
+            at = at.min(joined + end);
+        }
+        self.events.push(
+            at,
+            Event::Retry {
+                class,
+                worker,
+                joined,
+                retries: retries + 1,
+            },
+        );
+    }
+
+    /// A request on an admitted connection, `waited` after its client sent it.
+    fn start(&mut self, class: usize, worker: Option<u32>, inflight: u32, waited: Nanos) {
+        let spec = &self.setup.classes[class];
         self.recorder.admitted(self.now, inflight);
         self.serial += 1;
         let request = Request {
@@ -247,6 +351,7 @@ impl<'a> Sim<'a> {
             worker,
             serial: self.serial,
             sent: self.now,
+            waited,
             inflight_at_start: inflight,
             fails: false,
             abandoned: false,
@@ -263,8 +368,10 @@ impl<'a> Sim<'a> {
         };
         if let Some(deadline_s) = spec.client.deadline_s {
             let serial = self.serial;
-            self.events
-                .push(self.now + secs(deadline_s), Event::Deadline { id, serial });
+            self.events.push(
+                self.now - waited + secs(deadline_s),
+                Event::Deadline { id, serial },
+            );
         }
         if f64::from(self.held) >= self.setup.upstream.allowed.at(self.now) {
             self.events
@@ -380,7 +487,7 @@ impl<'a> Sim<'a> {
         let hold_s = self.setup.classes[request.class].service.hold_s;
         self.controller
             .on_sample(self.now, latency, request.inflight_at_start);
-        self.recorder.sample(self.now, latency);
+        self.recorder.sample(self.now, latency + request.waited);
         // Answered: the deadline no longer applies.
         self.requests[id].as_mut().expect("a live request").serial = 0;
         if hold_s > 0.0 {
@@ -401,10 +508,11 @@ impl<'a> Sim<'a> {
         }
         request.abandoned = true;
         let waited_ns = self.now - request.sent;
+        let client_waited = waited_ns + request.waited;
         let (class, worker) = (request.class, request.worker);
         self.controller
             .on_outcome(self.now, Outcome::GaveUp { waited_ns });
-        self.recorder.timed_out(self.now, waited_ns);
+        self.recorder.timed_out(self.now, client_waited);
         self.admission.release();
         self.next_from(class, worker);
     }
@@ -419,7 +527,8 @@ impl<'a> Sim<'a> {
         }
         self.controller.on_outcome(self.now, Outcome::Overload);
         self.recorder.overloaded(self.now);
-        self.recorder.ended(self.now, self.now - request.sent, true);
+        self.recorder
+            .ended(self.now, self.now - request.sent + request.waited, true);
         self.admission.release();
         if let (Some(_), Load::Closed(closed)) =
             (request.worker, &self.setup.classes[request.class].load)
@@ -446,7 +555,7 @@ impl<'a> Sim<'a> {
             self.admission.release();
         }
         self.recorder
-            .ended(self.now, self.now - request.sent, failed);
+            .ended(self.now, self.now - request.sent + request.waited, failed);
         self.next_from(request.class, request.worker);
         self.release_server();
     }
@@ -497,6 +606,7 @@ mod tests {
 
     fn closed_loop(capacity: u32, workers: u32, duration_s: f64) -> Setup {
         Setup {
+            overflow: Default::default(),
             duration_s,
             upstream: UpstreamSpec::steady(capacity),
             classes: vec![RequestClass::new(
@@ -556,6 +666,7 @@ mod tests {
     #[test]
     fn a_stream_is_sampled_at_its_first_byte_and_holds_its_slot() {
         let setup = Setup {
+            overflow: Default::default(),
             duration_s: 300.0,
             upstream: UpstreamSpec::steady(500),
             classes: vec![RequestClass::new(
@@ -587,6 +698,7 @@ mod tests {
         // Eight clients always holding a request of exactly 100 ms on four shared cores:
         // each gets half a core, every answer takes 200 ms, and none waits in a queue.
         let setup = Setup {
+            overflow: Default::default(),
             upstream: UpstreamSpec {
                 discipline: Discipline::ProcessorSharing,
                 ..UpstreamSpec::steady(4)

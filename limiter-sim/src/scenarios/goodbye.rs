@@ -29,6 +29,7 @@ pub(super) const WORKERS: u32 = 100;
 /// each ending with a goodbye.
 pub(super) fn setup(upstream: UpstreamSpec) -> Setup {
     Setup {
+        overflow: Default::default(),
         duration_s: END_S,
         upstream,
         classes: vec![RequestClass {

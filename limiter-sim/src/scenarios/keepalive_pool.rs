@@ -27,6 +27,7 @@ fn runs() -> Vec<Run> {
     };
     let service = Service::lognormal(0.03, 0.3);
     let setup = Setup {
+        overflow: Default::default(),
         duration_s: END_S,
         upstream: UpstreamSpec::steady(200),
         classes: vec![

@@ -28,6 +28,7 @@ const ERROR_RATE: f64 = 0.2;
 
 fn runs() -> Vec<Run> {
     let setup = |upstream| Setup {
+        overflow: Default::default(),
         duration_s: END_S,
         upstream,
         classes: vec![RequestClass::new(

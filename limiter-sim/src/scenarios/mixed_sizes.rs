@@ -28,6 +28,7 @@ const END_S: f64 = 900.0;
 
 fn runs() -> Vec<Run> {
     let setup = Setup {
+        overflow: Default::default(),
         duration_s: END_S,
         // Enough workers for the mix: nothing is overloaded, only different.
         upstream: UpstreamSpec::steady(100),

@@ -15,6 +15,7 @@ mod low_traffic;
 mod mixed_sizes;
 mod overload;
 mod production;
+mod queueing;
 mod recovery;
 pub mod rig;
 mod slow_query;
@@ -55,6 +56,7 @@ pub const ALL: &[Scenario] = &[
     goodbye::SCENARIO,
     keepalive_pool::SCENARIO,
     slow_query::SCENARIO,
+    queueing::SCENARIO,
 ];
 
 pub fn find(name: &str) -> Option<&'static Scenario> {
@@ -142,6 +144,7 @@ fn service() -> Service {
 /// refused request after a second: demand always exceeds capacity.
 fn saturating(duration_s: f64, upstream: UpstreamSpec) -> Setup {
     Setup {
+        overflow: Default::default(),
         duration_s,
         upstream,
         classes: vec![RequestClass::new(

@@ -29,6 +29,7 @@ const END_S: f64 = 400.0;
 
 fn runs() -> Vec<Run> {
     let setup = Setup {
+        overflow: Default::default(),
         duration_s: END_S,
         upstream: UpstreamSpec {
             latency_factor: Schedule::constant(1.0).ramp(

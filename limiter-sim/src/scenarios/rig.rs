@@ -37,6 +37,7 @@ pub fn clients(deadline_s: Option<f64>) -> RequestClass {
 
 pub fn setup(duration_s: f64, upstream: UpstreamSpec, deadline_s: Option<f64>) -> Setup {
     Setup {
+        overflow: Default::default(),
         duration_s,
         upstream,
         classes: vec![clients(deadline_s)],

@@ -22,6 +22,7 @@ const END_S: f64 = 1800.0;
 
 fn runs() -> Vec<Run> {
     let setup = Setup {
+        overflow: Default::default(),
         duration_s: END_S,
         // Room for every stream: the upstream is healthy throughout.
         upstream: UpstreamSpec::steady(200),

@@ -237,6 +237,7 @@ impl Shape {
             }),
         };
         Setup {
+            overflow: Default::default(),
             duration_s: END_S,
             upstream: UpstreamSpec {
                 discipline,

@@ -1,4 +1,5 @@
-//! The limiter under test: none, the agent in prod, or the agent in shadow.
+//! The limiter under test: none, the agent in prod (refusing or queueing at the limit), or
+//! the agent in shadow.
 
 use std::net::SocketAddrV4;
 
@@ -12,6 +13,8 @@ use crate::bench::binaries::Binaries;
 pub enum Limiter {
     None,
     Prod,
+    /// Prod with `overflow = "queue"`.
+    Queue,
     Shadow,
 }
 
@@ -31,6 +34,7 @@ impl Limiter {
         match self {
             Limiter::None => "no limiter",
             Limiter::Prod => "limiter in prod",
+            Limiter::Queue => "limiter in prod, queueing",
             Limiter::Shadow => "limiter in shadow",
         }
     }
@@ -43,13 +47,14 @@ impl Limiter {
         cgroup: &'a TestCgroup,
         destination: SocketAddrV4,
     ) -> Result<(Option<Agent>, Sampler<'a>)> {
-        let mode = match self {
-            Limiter::None => None,
-            Limiter::Prod => Some("prod"),
-            Limiter::Shadow => Some("shadow"),
+        let args: &[&str] = match self {
+            Limiter::None => &[],
+            Limiter::Prod => &["--mode", "prod"],
+            Limiter::Queue => &["--mode", "prod", "--overflow", "queue"],
+            Limiter::Shadow => &["--mode", "shadow"],
         };
-        let agent = mode
-            .map(|mode| bins.agent.start_logging_windows(cgroup, &["--mode", mode]))
+        let agent = (self != Limiter::None)
+            .then(|| bins.agent.start_logging_windows(cgroup, args))
             .transpose()?;
         let sampler = Sampler {
             agent: agent.as_ref().map(|_| (&bins.agent, cgroup)),

@@ -96,7 +96,7 @@ impl<'a> RigFigures<'a> {
     fn shed_in(&self, f: &PhaseFigures) -> Option<u64> {
         match self.run.limiter {
             Limiter::None => None,
-            Limiter::Prod => f.shed,
+            Limiter::Prod | Limiter::Queue => f.shed,
             Limiter::Shadow => f.would_shed,
         }
     }

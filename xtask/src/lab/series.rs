@@ -78,6 +78,7 @@ fn slug(limiter: Limiter) -> &'static str {
     match limiter {
         Limiter::None => "none",
         Limiter::Prod => "prod",
+        Limiter::Queue => "queue",
         Limiter::Shadow => "shadow",
     }
 }
