@@ -48,4 +48,5 @@ scenario_tests! {
     goodbye => "goodbye",
     keepalive_pool => "keepalive-pool",
     slow_query => "slow-query",
+    queueing => "queueing",
 }

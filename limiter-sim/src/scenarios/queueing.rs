@@ -1,9 +1,10 @@
 //! Queueing at connect against refusing, on the incident of the real-traffic rig (a proxy
 //! with a 2 s timeout, 100 clients, 32 workers 27 times slower for a minute). A refused
 //! connect is an error the client sees at once; a queued one waits, with nothing sent,
-//! for a slot that frees every few hundred milliseconds. Queueing is worth having only if
-//! it serves at least the same goodput with fewer errors, and no answer later than the
-//! client's deadline.
+//! for a slot that frees every few hundred milliseconds, and the wait is taken from the
+//! client's own deadline. What queueing must show: nearly the goodput (a freed slot waits
+//! for the next retry, and a request admitted late times out more often), half the errors
+//! or fewer, and no answer later than the client's deadline.
 
 use super::{phase, rig, Judgement, Run, Scenario};
 use crate::admission::{Overflow, Queue};
@@ -12,7 +13,7 @@ use crate::trace::Trace;
 
 pub const SCENARIO: Scenario = Scenario {
     name: "queueing",
-    shows: "overflow = queue against refuse on the incident: at least the goodput, fewer errors, no answer past the deadline",
+    shows: "overflow = queue against refuse on the incident: 0.95 of the goodput or more, half the errors or fewer, no answer past the deadline",
     runs,
     judge,
 };
@@ -32,6 +33,9 @@ fn runs() -> Vec<Run> {
 
 /// Time for the first slow answers to arrive and for the filter to show them.
 const SETTLE_S: f64 = 10.0;
+/// Queueing's goodput against refusing's, at least; and its errors, at most.
+const GOODPUT_SHARE: f64 = 0.95;
+const ERROR_SHARE: f64 = 0.5;
 
 fn judge(traces: &[Trace]) -> Judgement {
     let (from, to) = phase(rig::SLOW_FROM_S + SETTLE_S, rig::SLOW_UNTIL_S);
@@ -45,12 +49,12 @@ fn judge(traces: &[Trace]) -> Judgement {
         Criterion::new(
             "queue: goodput against refuse's (req/s)".to_string(),
             queueing.goodput(from, to),
-            Bound::AtLeast(refusing.goodput(from, to)),
+            Bound::AtLeast(GOODPUT_SHARE * refusing.goodput(from, to)),
         ),
         Criterion::new(
             "queue: client-visible errors against refuse's".to_string(),
             f64::from(errors(queueing)),
-            Bound::AtMost(f64::from(errors(refusing))),
+            Bound::AtMost(ERROR_SHARE * f64::from(errors(refusing))),
         ),
         Criterion::new(
             "queue: p99 of answers and give-ups (s)".to_string(),
