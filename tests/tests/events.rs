@@ -103,6 +103,59 @@ fn refusals_name_the_destination_limit_and_process_for_every_reader() {
 }
 
 #[kernel_test]
+fn a_queued_connect_is_told_when_it_joins_and_when_it_is_admitted() {
+    let cg = TestCgroup::new("eventsqueue");
+    let config = TempFile::new(
+        "eventsqueue.toml",
+        "algorithm = \"fixed\"\nlimit = 1\noverflow = \"queue\"\n\n[queue]\nmax_wait_ms = 30000\n",
+    );
+    let _agent = Agent::start(&cg, &["--config", &config.0.to_string_lossy()]);
+    let (mut machine, mut human) = (Reader::start(&cg, true), Reader::start(&cg, false));
+    let (machine_lines, human_lines) = (machine.lines(), human.lines());
+    // In a network namespace of its own: one held connection, then one that waits.
+    let mut probe = Probe::spawn(
+        &cg,
+        &[
+            "queue",
+            "--to",
+            "127.0.0.1:7000",
+            "--held",
+            "1",
+            "--queued",
+            "1",
+            "--timeout-ms",
+            "30000",
+        ],
+    );
+    probe.lines_until("held");
+    let queued = json(&next_matching(&machine_lines, |l| {
+        json(l)["event"] == "queued"
+    }));
+    assert_eq!(queued["destination"], "127.0.0.1:7000");
+    assert_eq!(queued["pid"], probe.pid());
+    assert_eq!(
+        (queued["limit"].as_u64(), queued["inflight"].as_u64()),
+        (Some(1), Some(1))
+    );
+    probe.send("release");
+    assert_eq!(probe.next_line(), "ok 0");
+    let waited = json(&next_matching(&machine_lines, |l| {
+        json(l)["event"] == "waited"
+    }));
+    assert_eq!(waited["end"], "admitted");
+    assert!(
+        waited["waited_ms"].as_f64().is_some_and(|ms| ms > 0.0),
+        "{waited}"
+    );
+    next_matching(&human_lines, |l| {
+        l.contains(" queued 127.0.0.1:7000 limit 1 in-flight 1")
+    });
+    next_matching(&human_lines, |l| {
+        l.contains(" admitted 127.0.0.1:7000 after waiting ")
+    });
+}
+
+#[kernel_test]
 fn a_slow_reader_loses_lines_and_is_told_while_the_agent_and_others_go_on() {
     let cg = TestCgroup::new("eventsslow");
     let up = Upstream::start("127.0.0.1:0", Behaviour::Hold);
