@@ -154,7 +154,7 @@ fn the_queue_is_refused_past_its_bounds() {
     let cg = TestCgroup::new("queuefull");
     let config = TempFile::new(
         "queuefull.toml",
-        "algorithm = \"fixed\"\nlimit = 2\noverflow = \"queue\"\n\n[queue]\nwait = 1.5\nrefuse = 1.5\n",
+        "algorithm = \"fixed\"\nlimit = 2\noverflow = \"queue\"\n\n[queue]\nwait = 1.5\nrefuse = 1.5\nmax_wait_ms = 30000\n",
     );
     let _agent = Agent::start(&cg, &["--config", &config.0.to_string_lossy()]);
     // In flight 2 and waiting 1 make 1.5 times the limit: the fourth and fifth are refused.
