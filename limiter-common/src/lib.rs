@@ -379,7 +379,8 @@ pub struct SockState {
     pub max_wait_ms: u32,
     pub queued_ns: u64,
     pub user_timeout_ms: u32,
-    pub _pad: u32,
+    pub syn_retries: u16,
+    pub timers_set: u16,
 }
 
 #[repr(C)]

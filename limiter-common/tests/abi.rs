@@ -114,7 +114,8 @@ fn layouts() -> Vec<Layout> {
                 max_wait_ms,
                 queued_ns,
                 user_timeout_ms,
-                _pad
+                syn_retries,
+                timers_set
             ]
         ),
         layout!(

@@ -207,9 +207,12 @@ struct sock_state {
 	/* Overflow = queue. */
 	__u32 waiting;     /* 1 while queued: the SYN is held until a slot frees */
 	__u32 max_wait_ms; /* the queue's, when it joined */
-	__u64 queued_ns;   /* when it joined; 0 once established, or never queued */
-	__u32 user_timeout_ms; /* the application's TCP_USER_TIMEOUT, put back when established */
-	__u32 _pad;
+	__u64 queued_ns;   /* when it joined */
+	/* The application's TCP_USER_TIMEOUT and TCP_SYNCNT while timers_set: a queued connect
+	 * runs on ours until it is established or connects again. */
+	__u32 user_timeout_ms;
+	__u16 syn_retries;
+	__u16 timers_set;
 };
 
 /* A decision, sent to the agent through the ring buffer. */

@@ -191,3 +191,20 @@ fn waiters_are_admitted_when_the_agent_is_gone() {
     assert_eq!(admitted, ["ok 0", "ok 1"]);
     assert_eq!(syns(&mut probe), 3);
 }
+
+#[kernel_test]
+fn a_socket_that_waited_runs_on_its_own_timers_again() {
+    let cg = TestCgroup::new("queuetimers");
+    let (_agent, _config) = agent(&cg, 1, 300);
+    let mut probe = Probe::spawn(&cg, &["requeue", "--to", TO]);
+    let lines = probe.lines_until_exit();
+    // 6: tcp_syn_retries of a new network namespace, the probe's.
+    assert_eq!(
+        lines,
+        [
+            format!("first err {}", libc::ETIMEDOUT),
+            "again ok".to_string(),
+            "timers 12345 6".to_string(),
+        ]
+    );
+}

@@ -312,15 +312,49 @@ int limiter_egress(struct __sk_buff *skb)
 	return 1; /* payload is observed only: always let it through */
 }
 
+/* Puts back the TCP_USER_TIMEOUT and TCP_SYNCNT a queued connect ran on. */
+static __always_inline void restore_timers(struct bpf_sock_ops *skops, struct sock_state *ss)
+{
+	int value;
+
+	if (!ss->timers_set)
+		return;
+	ss->timers_set = 0;
+	value = ss->user_timeout_ms;
+	bpf_setsockopt(skops, SOL_TCP, TCP_USER_TIMEOUT, &value, sizeof(value));
+	value = ss->syn_retries;
+	if (value)
+		bpf_setsockopt(skops, SOL_TCP, TCP_SYNCNT, &value, sizeof(value));
+}
+
+/* Runs a waiting connect on the queue's timers, keeping the application's to put back. */
+static __always_inline void set_timers(struct bpf_sock_ops *skops, struct sock_state *ss)
+{
+	int value, len = sizeof(value);
+
+	ss->user_timeout_ms =
+		bpf_getsockopt(skops, SOL_TCP, TCP_USER_TIMEOUT, &value, len) ? 0 : value;
+	ss->syn_retries = bpf_getsockopt(skops, SOL_TCP, TCP_SYNCNT, &value, len) ? 0 : value;
+	ss->timers_set = 1;
+	/* TCP fails the connect at the maximum wait, at that time. */
+	value = ss->max_wait_ms;
+	bpf_setsockopt(skops, SOL_TCP, TCP_USER_TIMEOUT, &value, len);
+	/* The deadline alone ends the wait, not a count of retransmissions, which the short
+	 * timer would use up early. */
+	value = MAX_SYN_RETRIES;
+	bpf_setsockopt(skops, SOL_TCP, TCP_SYNCNT, &value, len);
+}
+
 /*
  * A queued connect's timers (queue.h), set on the kernel's own calls: its SYN's first
- * retransmission timeout, then, as the SYN is about to be sent, its deadline; once
- * established, the application's TCP_USER_TIMEOUT back. Other sockets are left alone.
+ * retransmission timeout, then, as the SYN is about to be sent, its deadline; the
+ * application's own put back once established, or when the socket connects again (after a
+ * wait that failed). Other sockets are left alone.
  */
 SEC("sockops")
 int limiter_sockops(struct bpf_sock_ops *skops)
 {
-	int op = skops->op, ms, len = sizeof(ms);
+	int op = skops->op;
 	struct sock_state *ss;
 	struct bpf_sock *sk;
 
@@ -331,28 +365,16 @@ int limiter_sockops(struct bpf_sock_ops *skops)
 	if (!sk)
 		return 1;
 	ss = bpf_sk_storage_get(&sockets, sk, 0, 0);
-	if (!ss || !ss->queued_ns)
+	if (!ss || !(ss->waiting || ss->timers_set))
 		return 1;
 	if (op == BPF_SOCK_OPS_TIMEOUT_INIT) {
 		if (ss->waiting)
 			skops->reply = queue_rto_jiffies;
-	} else if (op == BPF_SOCK_OPS_TCP_CONNECT_CB) {
-		if (!ss->waiting)
-			return 1;
-		if (bpf_getsockopt(skops, SOL_TCP, TCP_USER_TIMEOUT, &ms, len))
-			ms = 0;
-		ss->user_timeout_ms = ms;
-		ms = ss->max_wait_ms;
-		bpf_setsockopt(skops, SOL_TCP, TCP_USER_TIMEOUT, &ms, len);
-		/* The deadline alone ends the wait, not a count of retransmissions, which the
-		 * short timer would use up early. Only SYNs heed it: nothing to put back. */
-		ms = MAX_SYN_RETRIES;
-		bpf_setsockopt(skops, SOL_TCP, TCP_SYNCNT, &ms, len);
-	} else {
-		ms = ss->user_timeout_ms;
-		bpf_setsockopt(skops, SOL_TCP, TCP_USER_TIMEOUT, &ms, len);
-		ss->queued_ns = 0;
+		return 1;
 	}
+	restore_timers(skops, ss);
+	if (op == BPF_SOCK_OPS_TCP_CONNECT_CB && ss->waiting)
+		set_timers(skops, ss);
 	return 1;
 }
 

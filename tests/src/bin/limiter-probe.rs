@@ -112,6 +112,14 @@ enum Cmd {
         #[arg(long)]
         timeout_ms: u64,
     },
+    /// In a network namespace of its own with the upstream inside: holds one connection,
+    /// then connects a socket with TCP_USER_TIMEOUT set to 12345 ms, which the limiter
+    /// queues (prints "first OUTCOME"); releases the held one and connects that socket
+    /// again (prints "again OUTCOME"), then prints "timers USER_TIMEOUT SYNCNT" of it.
+    Requeue {
+        #[arg(long)]
+        to: SocketAddr,
+    },
     /// Connect a UDP socket; prints "ok" or "err ERRNO".
     Udp {
         #[arg(long)]
@@ -255,6 +263,21 @@ fn main() {
             drop(out);
             queue(to, held, queued, Duration::from_millis(timeout_ms))
         }
+        Cmd::Requeue { to } => {
+            let _upstream = netns::enter_with_upstream(to);
+            let held = TcpStream::connect(to).unwrap();
+            let sock = socket(to).unwrap();
+            sock.set_tcp_user_timeout(Some(Duration::from_millis(12345)))
+                .unwrap();
+            write!(out, "first ").unwrap();
+            report(&mut out, sock.connect(&to.into()));
+            drop(held);
+            write!(out, "again ").unwrap();
+            report(&mut out, sock.connect(&to.into()));
+            let user_timeout = sock.tcp_user_timeout().unwrap().unwrap_or_default();
+            let syncnt = syncnt(&sock);
+            writeln!(out, "timers {} {syncnt}", user_timeout.as_millis()).unwrap();
+        }
         Cmd::Udp { to } => {
             let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
             report(&mut out, sock.connect(to).map(|_| ()));
@@ -330,6 +353,24 @@ fn queue(to: SocketAddr, held: usize, queued: usize, timeout: Duration) {
             other => panic!("unknown command {other:?}"),
         }
     }
+}
+
+/// TCP_SYNCNT, which socket2 does not read.
+fn syncnt(sock: &Socket) -> i32 {
+    let mut value: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `value`.
+    let rc = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_SYNCNT,
+            (&mut value as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    assert_eq!(rc, 0, "getsockopt(TCP_SYNCNT) failed");
+    value
 }
 
 fn hold(
