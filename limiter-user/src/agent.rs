@@ -59,6 +59,7 @@ fn settings(config: &Config, plan: &ResolvedConfig) -> Settings {
     Settings {
         default_mode: config.mode,
         queue: plan.queue,
+        queues: plan.queues(),
         unseen_limit: plan.unseen_limit(),
         heartbeat_timeout: Duration::from_secs(config.heartbeat_timeout_secs),
         max_destinations: config.max_destinations,

@@ -36,6 +36,8 @@ pub struct Settings {
     pub default_mode: Mode,
     /// What a connect at the limit gets where a destination does not say.
     pub queue: QueuePolicy,
+    /// Some destination queues at its limit: the queue's sock_ops program is attached.
+    pub queues: bool,
     /// The limit of a destination no policy covers yet.
     pub unseen_limit: u32,
     pub heartbeat_timeout: Duration,
@@ -59,15 +61,18 @@ pub struct Rings {
 /// Release paths, observers and the getpeername restore: attached before any connect hook,
 /// so that from the moment a connect can take a slot (or be redirected to a peer), the slot
 /// comes back (and the application sees the address it asked for).
-const OBSERVERS: [&str; 7] = [
+const OBSERVERS: [&str; 6] = [
     "limiter_state_change",
     "limiter_sock_release",
-    "limiter_sockops",
     "limiter_egress",
     "limiter_ingress",
     "limiter_getpeername4",
     "limiter_getpeername6",
 ];
+
+/// A queued connect's timers. Attached only when some destination queues: the kernel calls
+/// a sock_ops program on five or more events of every TCP connection in the cgroup.
+const QUEUE_TIMERS: &str = "limiter_sockops";
 
 /// The hooks that take slots, attached last: connections that exist by then are counted.
 const CONNECT_HOOKS: [&str; 2] = ["limiter_connect4", "limiter_connect6"];
@@ -75,7 +80,18 @@ const CONNECT_HOOKS: [&str; 2] = ["limiter_connect4", "limiter_connect6"];
 /// Every program in attach order (detaching goes in reverse, connect hooks first); also
 /// the names their links are pinned under.
 pub fn programs() -> impl Iterator<Item = &'static str> {
-    OBSERVERS.into_iter().chain(CONNECT_HOOKS)
+    OBSERVERS
+        .into_iter()
+        .chain([QUEUE_TIMERS])
+        .chain(CONNECT_HOOKS)
+}
+
+/// Queueing asked of programs attached without its timers.
+fn check_queue_timers(settings: &Settings, attached: bool) -> Result<()> {
+    if settings.queues && !attached {
+        anyhow::bail!("overflow = \"queue\" needs a program the running one was attached without: restart the agent (without --keep-attached) to queue");
+    }
+    Ok(())
 }
 
 /// Each program's link to the cgroup, by program name.
@@ -156,8 +172,10 @@ impl Attachment {
             decisions: ring(maps::EVENTS)?,
             signals: ring(maps::SIGNALS)?,
         };
+        let timers = pins.links().join(QUEUE_TIMERS).exists();
+        check_queue_timers(settings, timers)?;
         let mut links = Vec::new();
-        for name in programs() {
+        for name in programs().filter(|&name| name != QUEUE_TIMERS || timers) {
             let path = pins.links().join(name);
             let pinned = PinnedLink::from_pin(&path)
                 .with_context(|| format!("cannot open the pinned link {}", path.display()))?;
@@ -208,6 +226,8 @@ impl Attachment {
 
     /// A new configuration for the running programs (reload): see [`configure`].
     pub fn reconfigure(&mut self, settings: &Settings) -> Result<()> {
+        let timers = self.links.iter().any(|(name, _)| *name == QUEUE_TIMERS);
+        check_queue_timers(settings, timers)?;
         configure(&mut self.maps, settings)
     }
 
@@ -343,6 +363,9 @@ fn load_and_attach(
         Ok(())
     };
     attach_all(&OBSERVERS, &mut ebpf)?;
+    if settings.queues {
+        attach_all(&[QUEUE_TIMERS], &mut ebpf)?;
+    }
     // Everything that returns slots and observes is in place, no connect hook yet: the
     // moment to count what already exists.
     let mut sockets: SkStorage<&mut MapData, SockState> =

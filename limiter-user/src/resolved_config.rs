@@ -153,6 +153,16 @@ impl ResolvedConfig {
             .map_or(&self.control, |d| &d.control)
     }
 
+    /// Whether any destination queues at its limit.
+    pub fn queues(&self) -> bool {
+        let queue = u32::from(limiter_common::Overflow::Queue);
+        self.queue.overflow == queue
+            || self
+                .destinations
+                .values()
+                .any(|d| d.queue.is_some_and(|q| q.overflow == queue))
+    }
+
     /// The limit of a destination no policy covers yet: the upper bound, so that a burst on
     /// attach is never refused below it before the destination's controller has a word.
     pub fn unseen_limit(&self) -> u32 {
@@ -253,6 +263,16 @@ addresses = ["127.0.0.53:53"]
             after.members[&DestKey::new("10.0.0.9:443".parse().unwrap())],
             key
         );
+    }
+
+    #[test]
+    fn queueing_anywhere_is_queueing() {
+        let plan =
+            |text: &str| ResolvedConfig::build(&config(text), &Resolved::new(), None).unwrap();
+        assert!(!plan("").queues());
+        assert!(plan("overflow = \"queue\"\n").queues());
+        let one = "[[destination]]\nname = \"db\"\naddresses = [\"10.0.0.1:5432\"]\noverflow = \"queue\"\n";
+        assert!(plan(one).queues());
     }
 
     #[test]

@@ -208,3 +208,19 @@ fn a_socket_that_waited_runs_on_its_own_timers_again() {
         ]
     );
 }
+
+#[kernel_test]
+fn queueing_turned_on_by_a_reload_waits_for_a_restart() {
+    let cg = TestCgroup::new("queuereload");
+    let config = TempFile::new("queuereload.toml", "algorithm = \"fixed\"\nlimit = 1\n");
+    let agent = Agent::start(&cg, &["--config", &config.0.to_string_lossy()]);
+    std::fs::write(
+        &config.0,
+        "algorithm = \"fixed\"\nlimit = 1\noverflow = \"queue\"\n",
+    )
+    .unwrap();
+    agent.signal(libc::SIGHUP);
+    wait_until("the refused reload in the log", || {
+        agent.logged(&["reload failed", "restart the agent"])
+    });
+}

@@ -109,3 +109,39 @@ fn a_removed_pin_directory_is_pinned_again_and_taken_over() {
     assert!(!attached_programs(&cg).contains("limiter"));
     held.release();
 }
+
+#[kernel_test]
+fn a_taken_over_agent_queues_only_if_the_one_before_attached_the_queue() {
+    let cg = TestCgroup::new("takeoverqueue");
+    let cg_arg = cg.path().to_string_lossy().into_owned();
+    let refusing = ["--algorithm", "fixed", "--limit", "2", "--keep-attached"];
+    assert!(Agent::start(&cg, &refusing).stop().success());
+    assert!(!attached_programs(&cg).contains("limiter_sockops"));
+    // Queueing needs the program the first agent did not attach: said, nothing changed.
+    assert_refused(
+        Command::new(agent_bin()).args(["--cgroup", &cg_arg, "--overflow", "queue"]),
+        "restart the agent (without --keep-attached) to queue",
+    );
+    assert!(attached_programs(&cg).contains("limiter_connect4"));
+
+    // Started afresh, it queues; taken over, it still does.
+    let detached = agent_command(&["detach", "--cgroup", &cg_arg]);
+    assert!(detached.status.success());
+    let queueing = [&refusing[..], &["--overflow", "queue"]].concat();
+    assert!(Agent::start(&cg, &queueing).stop().success());
+    assert!(attached_programs(&cg).contains("limiter_sockops"));
+    let second = Agent::start(
+        &cg,
+        &[
+            "--algorithm",
+            "fixed",
+            "--limit",
+            "2",
+            "--overflow",
+            "queue",
+        ],
+    );
+    assert!(second.logged(&["took_over=true"]));
+    assert!(second.stop().success());
+    assert!(!attached_programs(&cg).contains("limiter"));
+}
