@@ -10,7 +10,8 @@
  * sockops shortens a waiting socket's SYN timer (queue_rto_jiffies instead of Linux's 1 s),
  * so that a freed slot is asked for soon, and sets TCP_USER_TIMEOUT to the maximum wait:
  * TCP then fails a connect not established by then with ETIMEDOUT, at that time (it clamps
- * its timer to the deadline). Once established, the application's own value is put back.
+ * its timer to the deadline). The application's own timers are put back once it is
+ * established, or when the socket connects again.
  *
  * Order: a freed slot is kept for the waiters (a new connect queues behind them while any
  * wait); among them, the first whose SYN is sent again takes it.
