@@ -93,24 +93,6 @@ fn connects_over_the_limit_wait_and_are_admitted_as_slots_free() {
     });
 }
 
-/// The order the queue promises: a freed slot goes to a connect that waits, not to one
-/// that comes after it.
-#[kernel_test]
-fn a_freed_slot_goes_to_a_waiter_before_a_new_connect() {
-    let cg = TestCgroup::new("queueorder");
-    let (_agent, _config) = agent(&cg, 1, 30_000);
-    let mut probe = queue_probe(&cg, 1, 1, 30_000);
-    wait_for_waiting(&cg, 1);
-    // The slot frees and a new connect comes microseconds later, long before the waiter's
-    // SYN is sent again: the newcomer queues.
-    probe.send("release-connect");
-    assert_eq!(probe.next_line(), "ok 0");
-    assert_eq!(field(&cg, to(), "waiting"), 1);
-    assert_eq!(field(&cg, to(), "queued"), 2);
-    probe.send("release");
-    assert_eq!(probe.next_line(), "ok 1");
-}
-
 #[kernel_test]
 fn a_connect_that_times_out_waiting_sent_nothing_and_gives_everything_back() {
     let cg = TestCgroup::new("queuedeadline");

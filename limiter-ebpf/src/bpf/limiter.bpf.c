@@ -145,9 +145,7 @@ static __always_inline int admit(struct bpf_sock_addr *ctx, const struct dest_ke
 	/* Reserve first, then check: the fetch-and-add orders racing connects, so two of them
 	 * can never both see the last free slot. */
 	before = slot_take(ss, st, key);
-	/* A free slot is the waiters' while any wait (prod): a new connect queues behind them. */
-	if (before < limit && !(mode == LIMITER_MODE_PROD &&
-				q->overflow == LIMITER_OVERFLOW_QUEUE && st->waiting > 0)) {
+	if (before < limit) {
 		__sync_fetch_and_add(&st->admitted, 1);
 		return CONNECT_ALLOW;
 	}

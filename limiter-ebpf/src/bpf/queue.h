@@ -13,8 +13,10 @@
  * its timer to the deadline). The application's own timers are put back once it is
  * established, or when the socket connects again.
  *
- * Order: a freed slot is kept for the waiters (a new connect queues behind them while any
- * wait); among them, the first whose SYN is sent again takes it.
+ * Order: none. A freed slot goes to the first SYN that asks for it: a waiter's
+ * retransmission, or a new connect's first SYN, which is admitted at once. Keeping freed
+ * slots for the waiters would take knowing which waiter came first, which a count cannot
+ * tell once waiters leave out of order.
  */
 #ifndef LIMITER_QUEUE_H
 #define LIMITER_QUEUE_H

@@ -241,10 +241,6 @@ impl<'a> Sim<'a> {
             self.idle -= 1;
             return Some(self.admission.inflight());
         }
-        // A freed slot is the waiters': a new connect queues behind them.
-        if self.waiting > 0 {
-            return None;
-        }
         self.admit()
     }
 

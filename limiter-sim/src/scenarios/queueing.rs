@@ -3,7 +3,7 @@
 //! connect is an error the client sees at once; a queued one waits, with nothing sent,
 //! for a slot that frees every few hundred milliseconds, and the wait is taken from the
 //! client's own deadline. What queueing must show: nearly the goodput (a freed slot waits
-//! for the next retry, and a request admitted late times out more often: 0.91 to 1.01 of
+//! for the next retry, and a request admitted late times out more often: 0.94 to 1.09 of
 //! refusing's over 200 seeds), half the errors or fewer, and no answer later than the
 //! client's deadline.
 

@@ -101,8 +101,7 @@ enum Cmd {
     /// in a thread of its own, in order, a tenth of a second apart; each prints "ok I",
     /// "timeout I" (its own timeout) or "err I ERRNO" as it ends, I its place in that order.
     /// Established connections are held. Commands on stdin: "release" closes the oldest
-    /// held connection; "release-connect" closes it and at once starts one more connect
-    /// (the next I); "syns" prints "syns N", the SYNs the upstream has received.
+    /// held connection, "syns" prints "syns N", the SYNs the upstream has received.
     Queue {
         #[arg(long)]
         to: SocketAddr,
@@ -345,7 +344,6 @@ fn queue(to: SocketAddr, held: usize, queued: usize, timeout: Duration) {
         start(i);
         std::thread::sleep(Duration::from_millis(100));
     }
-    let mut next = queued;
     for line in std::io::stdin().lock().lines().map_while(Result::ok) {
         match line.as_str() {
             "release" => {
@@ -353,12 +351,6 @@ fn queue(to: SocketAddr, held: usize, queued: usize, timeout: Duration) {
                 // next line is read (as a temporary in the loop's tail expression would be).
                 let oldest = established.lock().unwrap().pop_front();
                 drop(oldest);
-            }
-            "release-connect" => {
-                let oldest = established.lock().unwrap().pop_front();
-                drop(oldest);
-                start(next);
-                next += 1;
             }
             "syns" => say(format!("syns {}", syns.count())),
             other => panic!("unknown command {other:?}"),
