@@ -330,6 +330,7 @@ fn load_and_attach(
         .map_max_entries(maps::SIGNALS, settings.signal_buffer_bytes)
         .override_global("have_set_retval", &u8::from(kernel.has_set_retval), true)
         .override_global("queue_rto_jiffies", &queue_rto_jiffies(kernel.hz), true)
+        .override_global("queueing", &u8::from(settings.queues), true)
         .override_global("events_wakeup_bytes", &wakeup_bytes(EVENTS_BYTES), true)
         .override_global(
             "signals_wakeup_bytes",

@@ -298,6 +298,8 @@ int limiter_egress(struct __sk_buff *skb)
 		return 1;
 	/* A connect's SYN leaves unless it is queued (1 lets it go, 0 holds it). */
 	if (seg.syn) {
+		if (!queueing)
+			return 1;
 		ss = packet_sock_state(skb);
 		return ss && ss->waiting ? queue_syn(ss) : 1;
 	}

@@ -27,6 +27,10 @@
 
 #define NSEC_PER_MSEC 1000000ULL
 
+/* Set by the loader when some destination queues (the sock_ops program is attached with
+ * it): otherwise no socket ever waits, and a SYN leaves without a storage lookup. */
+const volatile __u8 queueing = 0;
+
 /* The SYN retransmission timer of a waiting socket, in jiffies; the loader sets it from the
  * kernel's HZ (25 is 100 ms at Debian's 250). */
 const volatile __u32 queue_rto_jiffies = 25;
